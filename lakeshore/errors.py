@@ -1,0 +1,194 @@
+"""The one error tree of Lakeshore.
+
+Every error a user can see is a :class:`LakeshoreError` with a stable machine ``code``, an
+``http_status`` and a lowercase message that names the offending values and says how to fix
+them. The HTTP middleware renders them as ``{"error": {"code", "message"}}``; the SDK maps a
+``code`` back to the same class through :data:`ERRORS_BY_CODE`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LakeshoreError(Exception):
+    """Root of every error Lakeshore reports to a user."""
+
+    code: ClassVar[str] = "error"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    @classmethod
+    def from_wire(cls, message: str) -> LakeshoreError:
+        """Rebuild an error received over HTTP (structured attributes are not carried)."""
+        err = cls.__new__(cls)
+        LakeshoreError.__init__(err, message)
+        return err
+
+
+class Invalid(LakeshoreError):
+    """The request is malformed or a value is out of range (400)."""
+
+    code = "invalid"
+    http_status = 400
+
+
+class InvalidName(Invalid):
+    code = "invalid_name"
+
+    def __init__(self, what: str, value: str, reason: str) -> None:
+        self.what, self.value = what, value
+        super().__init__(f"invalid {what} name {value!r}: {reason}")
+
+
+class ImmutableField(Invalid):
+    code = "immutable_field"
+
+    def __init__(self, field: str, hint: str) -> None:
+        self.field = field
+        super().__init__(f"{field} cannot be changed: {hint}")
+
+
+class Unauthorized(LakeshoreError):
+    """No token, or a token that is not known (401)."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class Forbidden(LakeshoreError):
+    """The token is valid but not for this namespace's org (403)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class NotFound(LakeshoreError):
+    """Something named in the request does not exist (404)."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class NamespaceNotFound(NotFound):
+    code = "namespace_not_found"
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        super().__init__(
+            f"namespace {namespace!r} does not exist; create it with "
+            f"`lakeshore namespaces add {namespace} --org ORG`"
+        )
+
+
+class QueueNotFound(NotFound):
+    code = "queue_not_found"
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace, self.name = namespace, name
+        super().__init__(
+            f"queue {name!r} does not exist in namespace {namespace!r}; "
+            f"list queues with `lakeshore queues ls -n {namespace}`"
+        )
+
+
+class WorkerNotFound(NotFound):
+    code = "worker_not_found"
+
+    def __init__(self, namespace: str, ref: str) -> None:
+        self.namespace, self.ref = namespace, ref
+        super().__init__(f"no worker with id or name {ref!r} in namespace {namespace!r}")
+
+
+class TokenNotFound(NotFound):
+    code = "token_not_found"
+
+    def __init__(self, namespace: str, token_id: str) -> None:
+        self.namespace, self.token_id = namespace, token_id
+        super().__init__(f"no token {token_id!r} in namespace {namespace!r}")
+
+
+class Conflict(LakeshoreError):
+    """The request clashes with the current state (409)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class AlreadyExists(Conflict):
+    code = "already_exists"
+
+    def __init__(self, what: str, name: str, where: str) -> None:
+        self.what, self.name = what, name
+        super().__init__(f"{what} {name!r} already exists{where}")
+
+
+class ReservedName(Conflict):
+    code = "reserved_name"
+
+    def __init__(self, name: str, action: str) -> None:
+        self.name, self.action = name, action
+        super().__init__(
+            f"queue {name!r} is reserved: it cannot be {action} "
+            "(the default queue always exists)"
+        )
+
+
+class QueueHasMembers(Conflict):
+    code = "queue_has_members"
+
+    def __init__(self, name: str, members: list[str]) -> None:
+        self.name, self.members = name, members
+        shown = ", ".join(members[:5]) + (" …" if len(members) > 5 else "")
+        super().__init__(
+            f"queue {name!r} still has {len(members)} member(s) ({shown}); remove them "
+            f"with `lakeshore daemon update NAME --remove-queue {name}` or delete with --force"
+        )
+
+
+class WrongState(Conflict):
+    code = "wrong_state"
+
+    def __init__(self, name: str, state: str, action: str, hint: str = "") -> None:
+        self.name, self.state, self.action = name, state, action
+        super().__init__(f"queue {name!r} is {state}; cannot {action}{hint}")
+
+
+class TooLarge(LakeshoreError):
+    code = "too_large"
+    http_status = 413
+
+
+class QueueFull(LakeshoreError):
+    code = "queue_full"
+    http_status = 429
+
+
+class Unavailable(LakeshoreError):
+    """A dependency (NATS, an actor) did not answer in time (503)."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class Internal(LakeshoreError):
+    """A bug: reported without its traceback, which goes to the server log."""
+
+    code = "internal"
+    http_status = 500
+
+
+def _all_subclasses(cls: type[LakeshoreError]) -> list[type[LakeshoreError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+#: code → class, for the SDK to rebuild the error a server answered.
+ERRORS_BY_CODE: dict[str, type[LakeshoreError]] = {
+    c.code: c for c in _all_subclasses(LakeshoreError)
+}
