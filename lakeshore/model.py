@@ -110,7 +110,7 @@ NonNegFloat = Annotated[float, Meta(ge=0)]
 Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 
 
-class Elasticity(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Elasticity(Struct, frozen=True, kw_only=True):
     """How the controller sizes a queue's fleet (see spec/elasticity.md)."""
 
     kind: ElasticityKind = ElasticityKind.FIXED
@@ -300,17 +300,3 @@ class WorkerRegister(Struct, frozen=True, kw_only=True):
     labels: dict[str, str] = {}
     provider: str = "external"
     managed: bool = False
-
-
-def elasticity_from(fields: dict[str, Any]) -> Elasticity:
-    """Build an elasticity object from a partial one, applying the kind's defaults.
-
-    Raises:
-        msgspec.ValidationError: a field has the wrong type or range.
-        lakeshore.errors.Invalid: the combination is inconsistent (see
-            :func:`lakeshore.policy.check_elasticity`).
-    """
-    fields = dict(fields)
-    if fields.get("kind") == ElasticityKind.ELASTIC and "min" not in fields:
-        fields["min"] = 1
-    return msgspec.convert(fields, Elasticity)

@@ -1,0 +1,153 @@
+"""QueueDirectory: owns the set of queues — which exist, creating them, removing them.
+
+It spawns one :class:`~lakeshore.actors.queue.QueueActor` per queue (rebuilt from the store
+at start) and materialises a namespace's ``default`` queue on first use. Everything about
+one existing queue is then asked of that queue's actor.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from msgspec import Struct
+
+from lakeshore import elasticity
+from lakeshore.actors.base import Actor, ActorRef, Runtime
+from lakeshore.actors.queue import DeleteQueue, QueueActor, QueueMsg, row_dict
+from lakeshore.bus.nats import NatsBus
+from lakeshore.errors import AlreadyExists, QueueNotFound, ReservedName
+from lakeshore.model import (
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_DESCRIPTION,
+    Queue,
+    QueueCreate,
+    QueueKind,
+    now,
+    validate_name,
+)
+from lakeshore.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class CreateQueue(Struct, frozen=True):
+    namespace: str
+    body: QueueCreate
+    actor: str | None
+
+
+class EnsureDefault(Struct, frozen=True):
+    namespace: str
+
+
+class Lookup(Struct, frozen=True):
+    namespace: str
+    name: str
+
+
+class RemoveQueue(Struct, frozen=True):
+    namespace: str
+    name: str
+    force: bool
+    actor: str | None
+
+
+DirectoryMsg = CreateQueue | EnsureDefault | Lookup | RemoveQueue
+
+
+class QueueDirectory(Actor[DirectoryMsg]):
+    name = "queue-directory"
+
+    def __init__(
+        self, runtime: Runtime, *, store: Store, bus: NatsBus, workers: ActorRef[Any]
+    ) -> None:
+        self._runtime, self._store, self._bus, self._workers = runtime, store, bus, workers
+        self._queues: dict[tuple[str, str], ActorRef[QueueMsg]] = {}
+
+    async def started(self) -> None:
+        for ref in self._queues.values():
+            await self._runtime.stop(ref)
+        self._queues.clear()
+        for row in await self._store.all_queues():
+            await self._spawn(row.namespace, row.name)
+        log.info("queue directory rebuilt: %d queue(s)", len(self._queues))
+
+    async def stopped(self) -> None:
+        for ref in self._queues.values():
+            await self._runtime.stop(ref)
+
+    async def handle(self, msg: DirectoryMsg) -> Any:
+        match msg:
+            case CreateQueue(namespace=ns, body=body, actor=actor):
+                return await self._create(ns, body, actor)
+            case EnsureDefault(namespace=ns):
+                if (ns, DEFAULT_QUEUE) not in self._queues:
+                    await self._materialise_default(ns)
+                return None
+            case Lookup(namespace=ns, name=name):
+                if name == DEFAULT_QUEUE and (ns, name) not in self._queues:
+                    await self._materialise_default(ns)
+                return self._ref(ns, name)
+            case RemoveQueue(namespace=ns, name=name, force=force, actor=actor):
+                ref = self._ref(ns, name)
+                scrubbed = await ref.ask(DeleteQueue(force, actor))
+                del self._queues[(ns, name)]
+                await self._runtime.stop(ref)
+                return scrubbed
+
+    def _ref(self, ns: str, name: str) -> ActorRef[QueueMsg]:
+        ref = self._queues.get((ns, name))
+        if ref is None:
+            raise QueueNotFound(ns, name)
+        return ref
+
+    async def _create(self, ns: str, body: QueueCreate, actor: str | None) -> Queue:
+        validate_name("queue", body.name)
+        if body.name == DEFAULT_QUEUE:
+            raise ReservedName(body.name, "created (every namespace has it already)")
+        if (ns, body.name) in self._queues:
+            raise AlreadyExists("queue", body.name, f" in namespace {ns!r}")
+        ts = now()
+        row = Queue(
+            name=body.name,
+            namespace=ns,
+            kind=body.kind,
+            description=body.description,
+            max_depth=body.max_depth,
+            on_full=body.on_full,
+            elasticity=elasticity.build(body.elasticity or {}),
+            created_at=ts,
+            updated_at=ts,
+        )
+        return await self._add(row, actor)
+
+    async def _materialise_default(self, ns: str) -> None:
+        ts = now()
+        row = Queue(
+            name=DEFAULT_QUEUE,
+            namespace=ns,
+            kind=QueueKind.FIFO,
+            description=DEFAULT_QUEUE_DESCRIPTION,
+            created_at=ts,
+            updated_at=ts,
+        )
+        await self._add(row, None)
+
+    async def _add(self, row: Queue, actor: str | None) -> Queue:
+        await self._store.insert_queue(row)
+        try:
+            await self._spawn(row.namespace, row.name)
+        except BaseException:
+            # The stream could not be made: leave no row behind (no half-applied create).
+            await self._store.delete_queue(row.namespace, row.name)
+            raise
+        await self._store.append_queue_event(
+            row.namespace, row.name, "created", actor, {"after": row_dict(row)}
+        )
+        log.info("queue %s/%s created", row.namespace, row.name)
+        return row
+
+    async def _spawn(self, ns: str, name: str) -> None:
+        actor = QueueActor(ns, name, store=self._store, bus=self._bus, workers=self._workers)
+        self._queues[(ns, name)] = await self._runtime.spawn(actor)

@@ -1,0 +1,175 @@
+"""QueueActor: the one owner of a queue's row, its state transitions, admission and stream.
+
+Every mutation goes through :meth:`QueueActor.handle`, is written to the store and recorded
+as a queue event with the acting token and the row before and after.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, Struct
+
+from lakeshore import elasticity
+from lakeshore.actors.base import Actor, ActorRef
+from lakeshore.actors.workers import Scrub
+from lakeshore.bus.nats import NatsBus
+from lakeshore.errors import ImmutableField, QueueHasMembers, ReservedName, WrongState
+from lakeshore.model import (
+    DEFAULT_QUEUE,
+    PRIORITY_LEVELS,
+    Queue,
+    QueueKind,
+    QueuePatch,
+    QueueState,
+    Worker,
+    now,
+)
+from lakeshore.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class GetQueue(Struct, frozen=True):
+    pass
+
+
+class PatchQueue(Struct, frozen=True):
+    patch: QueuePatch
+    actor: str | None
+
+
+class Transition(Struct, frozen=True):
+    verb: Literal["drain", "archive", "unarchive"]
+    actor: str | None
+
+
+class DeleteQueue(Struct, frozen=True):
+    force: bool
+    actor: str | None
+
+
+QueueMsg = GetQueue | PatchQueue | Transition | DeleteQueue
+
+#: verb -> (states it may start from, the state it leads to); the target state is a no-op.
+_TRANSITIONS: dict[str, tuple[frozenset[QueueState], QueueState]] = {
+    "drain": (frozenset({QueueState.ACTIVE}), QueueState.DRAINING),
+    "archive": (frozenset({QueueState.ACTIVE, QueueState.DRAINING}), QueueState.ARCHIVED),
+    "unarchive": (
+        frozenset({QueueState.DRAINING, QueueState.ARCHIVED, QueueState.PAUSED}),
+        QueueState.ACTIVE,
+    ),
+}
+_EVENT_OF_VERB = {"drain": "drained", "archive": "archived", "unarchive": "unarchived"}
+
+
+def levels_of(kind: QueueKind) -> int:
+    return PRIORITY_LEVELS if kind is QueueKind.PRIORITY else 1
+
+
+def row_dict(q: Queue) -> dict[str, Any]:
+    return msgspec.to_builtins(q)
+
+
+class QueueActor(Actor[QueueMsg]):
+    """Owns one queue. Built from its stored row; ensures its stream on every start."""
+
+    def __init__(
+        self, namespace: str, name: str, *, store: Store, bus: NatsBus, workers: ActorRef[Any]
+    ) -> None:
+        self.name = f"queue:{namespace}/{name}"
+        self._ns, self._queue = namespace, name
+        self._store, self._bus, self._workers = store, bus, workers
+        self.row: Queue | None = None
+
+    async def started(self) -> None:
+        self.row = await self._store.get_queue(self._ns, self._queue)
+        if self.row is None:
+            raise RuntimeError(f"queue {self._ns}/{self._queue} has no row")
+        await self._ensure_stream(self.row)
+
+    async def handle(self, msg: QueueMsg) -> Any:
+        assert self.row is not None
+        match msg:
+            case GetQueue():
+                return self.row
+            case PatchQueue(patch=patch, actor=actor):
+                return await self._patch(patch, actor)
+            case Transition(verb=verb, actor=actor):
+                return await self._transition(verb, actor)
+            case DeleteQueue(force=force, actor=actor):
+                return await self._delete(force, actor)
+
+    async def _patch(self, patch: QueuePatch, actor: str | None) -> Queue:
+        old = self.row
+        assert old is not None
+        if patch.kind is not UNSET:
+            raise ImmutableField(
+                "kind", f"queue {old.name!r} is {old.kind.value}; a queue's kind is fixed at "
+                "creation — create a new queue with the kind you need"
+            )
+        if patch.name is not UNSET:
+            raise ImmutableField("name", "create a queue with the new name instead")
+        changes: dict[str, Any] = {}
+        if patch.description is not UNSET:
+            changes["description"] = patch.description
+        if patch.max_depth is not UNSET:
+            changes["max_depth"] = patch.max_depth
+        if patch.on_full is not UNSET:
+            changes["on_full"] = patch.on_full
+        if patch.elasticity is not UNSET:
+            changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
+        new = msgspec.structs.replace(old, **changes)
+        if new == old:
+            return old
+        new = msgspec.structs.replace(new, updated_at=now())
+        if new.max_depth != old.max_depth:
+            await self._ensure_stream(new)
+        await self._commit(old, new, "patched", actor)
+        return new
+
+    async def _transition(self, verb: str, actor: str | None) -> Queue:
+        old = self.row
+        assert old is not None
+        sources, target = _TRANSITIONS[verb]
+        if old.state is target:
+            return old
+        if old.name == DEFAULT_QUEUE and verb == "archive":
+            raise ReservedName(old.name, "archived")
+        if old.state not in sources:
+            raise WrongState(old.name, old.state.value, verb, "; unarchive it first")
+        new = msgspec.structs.replace(old, state=target, updated_at=now())
+        await self._commit(old, new, _EVENT_OF_VERB[verb], actor)
+        return new
+
+    async def _delete(self, force: bool, actor: str | None) -> list[Worker]:
+        old = self.row
+        assert old is not None
+        if old.name == DEFAULT_QUEUE:
+            raise ReservedName(old.name, "deleted")
+        members = await self._workers.ask(Scrub(self._ns, old.name, dry_run=not force))
+        if members and not force:
+            raise QueueHasMembers(old.name, [w.name for w in members])
+        await self._bus.delete_queue(self._ns, old.name)
+        await self._store.delete_queue(self._ns, old.name)
+        await self._store.append_queue_event(
+            self._ns, old.name, "deleted", actor,
+            {"before": row_dict(old), "scrubbed": [w.name for w in members], "force": force},
+        )
+        log.info("queue %s/%s deleted (force=%s)", self._ns, old.name, force)
+        return members
+
+    async def _commit(self, old: Queue, new: Queue, event: str, actor: str | None) -> None:
+        await self._store.update_queue(new)
+        self.row = new
+        await self._store.append_queue_event(
+            self._ns, new.name, event, actor, {"before": row_dict(old), "after": row_dict(new)}
+        )
+        log.info("queue %s/%s %s", self._ns, new.name, event)
+
+    async def _ensure_stream(self, row: Queue) -> None:
+        await self._bus.ensure_queue(
+            self._ns, row.name, levels=levels_of(row.kind), max_depth=row.max_depth
+        )

@@ -1,0 +1,51 @@
+"""Every NATS subject, stream and consumer name of Lakeshore, and nowhere else.
+
+Names reaching here were validated at the edge (``^[a-z0-9][a-z0-9-]*$``), so they are safe
+as subject tokens and stream names.
+"""
+
+from __future__ import annotations
+
+#: Limits-retention stream that carries lifecycle events of every queue.
+EVENTS_STREAM = "LS_EVENTS"
+EVENTS_SUBJECTS = "ls.*.evt.>"
+
+
+def queue_stream(namespace: str, queue: str) -> str:
+    """The WorkQueue stream that holds a queue's pending and in-flight invocations."""
+    return f"LS_{namespace}_{queue}"
+
+
+def queue_subjects(namespace: str, queue: str) -> str:
+    """The wildcard the queue's stream is bound to."""
+    return f"ls.{namespace}.q.{queue}.*"
+
+
+def level_subject(namespace: str, queue: str, level: int) -> str:
+    """Subject of one priority level (fifo queues use level 0 only)."""
+    return f"ls.{namespace}.q.{queue}.p{level}"
+
+
+def level_consumer(level: int) -> str:
+    """Durable pull consumer shared by every daemon of the queue for one level."""
+    return f"p{level}"
+
+
+def submit_subject(namespace: str, queue: str) -> str:
+    return f"ls.{namespace}.submit.{queue}"
+
+
+def heartbeat_subject(namespace: str, worker_id: str) -> str:
+    return f"ls.{namespace}.hb.{worker_id}"
+
+
+def event_subject(namespace: str, queue: str) -> str:
+    return f"ls.{namespace}.evt.{queue}"
+
+
+def daemon_control_subject(namespace: str, worker_id: str) -> str:
+    return f"ls.{namespace}.daemon.{worker_id}.ctl"
+
+
+#: KV bucket with invocation results, key ``<ns>.<invocation-id>``.
+RESULTS_BUCKET = "LS_RESULTS"

@@ -1,0 +1,214 @@
+"""Rendering of API answers: ``table`` for people, ``json`` and ``yaml`` for programs.
+
+``json`` and ``yaml`` print the response body exactly as the API sent it. ``table`` renders
+the typed answer: lists as aligned columns, single objects as ``key: value`` blocks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+import msgspec
+import yaml
+
+from lakeshore.model import (
+    Elasticity,
+    Namespace,
+    Queue,
+    QueueDetail,
+    QueueEvent,
+    QueueStats,
+    Token,
+    TokenCreated,
+    Worker,
+)
+
+FORMATS = ("table", "json", "yaml")
+_NONE = "-"
+
+
+def emit(fmt: str, body: Any, table: Callable[[], str]) -> None:
+    """Print one answer on stdout: ``body`` for json/yaml, ``table()`` otherwise."""
+    if fmt == "json":
+        click.echo(json.dumps(body, indent=2, ensure_ascii=False))
+    elif fmt == "yaml":
+        click.echo(yaml.safe_dump(body, sort_keys=False, allow_unicode=True), nl=False)
+    else:
+        click.echo(table())
+
+
+# ---- primitives -----------------------------------------------------------------------
+
+
+def cell(value: Any) -> str:
+    """One value as table text: ``-`` for null, ``[a, b]`` for lists, ISO times to seconds."""
+    if value is None:
+        return _NONE
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return "[" + ", ".join(cell(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Aligned columns separated by two spaces; the last column is not padded."""
+    lines = [list(headers), *([cell(v) for v in row] for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(text.ljust(w) for text, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def block(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``key: value`` lines with the values aligned."""
+    pairs = [(k, cell(v)) for k, v in pairs]
+    width = max(len(k) for k, _ in pairs) + 1
+    return "\n".join(f"{k + ':':<{width}} {v}".rstrip() for k, v in pairs)
+
+
+def _elasticity(e: Elasticity) -> str:
+    if e.kind == "fixed":
+        return "fixed"
+    return f"{e.kind} {e.min}..{e.max}"
+
+
+# ---- queues ---------------------------------------------------------------------------
+
+_QUEUE_COLUMNS = (
+    "NAMESPACE",
+    "NAME",
+    "KIND",
+    "STATE",
+    "ELASTICITY",
+    "MAX_DEPTH",
+    "DESCRIPTION",
+)
+
+
+def queues(rows: list[Queue]) -> str:
+    return table(
+        _QUEUE_COLUMNS,
+        (
+            (
+                q.namespace,
+                q.name,
+                q.kind,
+                q.state,
+                _elasticity(q.elasticity),
+                q.max_depth,
+                q.description,
+            )
+            for q in rows
+        ),
+    )
+
+
+def queue(q: Queue) -> str:
+    return queues([q])
+
+
+def queue_detail(q: QueueDetail) -> str:
+    """The full row, the elasticity object indented, then the members as a sub-table."""
+    e = msgspec.structs.asdict(q.elasticity)
+    head = block(
+        [
+            ("name", q.name),
+            ("namespace", q.namespace),
+            ("kind", q.kind),
+            ("state", q.state),
+            ("description", q.description),
+            ("max_depth", q.max_depth),
+            ("on_full", q.on_full),
+            ("created_at", q.created_at),
+            ("updated_at", q.updated_at),
+            ("elasticity", ""),
+        ]
+    )
+    members = table(
+        ("ID", "NAME", "STATUS", "QUEUES", "CURRENT", "LAST_HEARTBEAT"),
+        ((m.id, m.name, m.status, m.queues, m.current, m.last_heartbeat) for m in q.members),
+    )
+    return "\n".join(
+        [
+            head,
+            _indent(block(e.items())),
+            f"members: {len(q.members)}" if q.members else "members: (none)",
+            *([_indent(members)] if q.members else []),
+        ]
+    )
+
+
+def queue_stats(s: QueueStats) -> str:
+    return block(msgspec.structs.asdict(s).items())
+
+
+def queue_events(events: list[QueueEvent], verbose: bool) -> str:
+    headers = ("TIME", "TYPE", "ACTOR", *(("DETAIL",) if verbose else ()))
+    return table(
+        headers,
+        ((e.ts, e.type, e.actor or "system", *((e.detail,) if verbose else ())) for e in events),
+    )
+
+
+def queue_deleted(body: dict[str, Any]) -> str:
+    line = f"deleted queue {body['deleted']!r} from namespace {body['namespace']!r}"
+    scrubbed = body.get("scrubbed") or []
+    return line + (f"; removed it from {cell(scrubbed)}" if scrubbed else "")
+
+
+# ---- workers, namespaces, tokens --------------------------------------------------------
+
+
+def workers(rows: list[Worker]) -> str:
+    return table(
+        ("NAME", "ID", "STATUS", "QUEUES", "PROVIDER", "MANAGED", "CURRENT", "LAST_HEARTBEAT"),
+        (
+            (w.name, w.id, w.status, w.queues, w.provider, w.managed, w.current, w.last_heartbeat)
+            for w in rows
+        ),
+    )
+
+
+def worker(w: Worker) -> str:
+    pairs = msgspec.structs.asdict(w)
+    if not w.queues:
+        # The empty list is how the API spells the default queue; say so for people.
+        pairs["queues"] = "[]  (the default queue)"
+    return block(pairs.items())
+
+
+def namespaces(rows: list[Namespace]) -> str:
+    return table(("NAME", "ORG", "CREATED_AT"), ((n.name, n.org, n.created_at) for n in rows))
+
+
+def namespace(n: Namespace) -> str:
+    return block(msgspec.structs.asdict(n).items())
+
+
+def tokens(rows: list[Token]) -> str:
+    return table(
+        ("ID", "NAMESPACE", "ADMIN", "CREATED_AT", "DESCRIPTION"),
+        ((t.id, t.namespace, t.admin, t.created_at, t.description) for t in rows),
+    )
+
+
+def token(t: Token) -> str:
+    return block(msgspec.structs.asdict(t).items())
+
+
+def token_created(t: TokenCreated) -> str:
+    return token(t) + "\n\nthe token is shown only once: store it now."
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.split("\n"))

@@ -1,0 +1,271 @@
+"""Settings of the server and of the client, each one frozen Struct loaded once.
+
+This is the only module that reads the environment. The composition root calls
+:func:`load_server_settings` or :func:`load_client_settings` once and passes the result down.
+Every source is decoded with ``forbid_unknown_fields``, so a misspelt key fails at start-up
+with its name and where it came from.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from lakeshore.errors import Invalid
+
+_S = TypeVar("_S", bound=Struct)
+Port = Annotated[int, Meta(ge=0, le=65535)]
+Seconds = Annotated[float, Meta(gt=0)]
+
+
+class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How ``lakeshore server`` runs."""
+
+    data_dir: Path = Path(".lakeshore")
+    """Store, embedded NATS data and the written client config; absolute once loaded."""
+    host: str = "127.0.0.1"
+    """HTTP listen address."""
+    port: Port = 8080
+    """HTTP port; 0 picks a free one."""
+    nats_url: str | None = None
+    """An existing NATS server to use; ``None`` runs an embedded one."""
+    nats_port: Port = 4222
+    """Client port of the embedded NATS server; 0 picks a free one."""
+    replicas: Annotated[int, Meta(ge=1, le=5)] = 1
+    """JetStream replicas of each queue stream (JetStream allows 1 to 5)."""
+    ask_timeout_s: Seconds = 10.0
+    """How long a request waits for an actor's answer, in seconds."""
+    tick_s: Seconds = 1.0
+    """Period of the control plane's housekeeping loops, in seconds."""
+    lost_after_s: Seconds = 10.0
+    """A daemon silent this long is marked lost, in seconds."""
+    heartbeat_s: Seconds = 1.0
+    """How often daemons report, in seconds."""
+
+
+class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Where the CLI and SDK send requests, and as whom."""
+
+    api: str = "http://127.0.0.1:8080"
+    """Base URL of the HTTP API, without a trailing slash."""
+    token: str | None = None
+    """Bearer token; ``None`` sends no credentials."""
+    namespace: str = "default"
+    """Namespace used when a command names none."""
+    output: Literal["table", "json", "yaml"] | None = None
+    """CLI output format; ``None`` lets the CLI choose (table in a terminal)."""
+
+
+class _ClientFile(Struct, frozen=True, forbid_unknown_fields=True):
+    """A client config file: :class:`ClientSettings` keys plus ``nats_url``, all optional."""
+
+    api: str | UnsetType = UNSET
+    token: str | UnsetType = UNSET
+    namespace: str | UnsetType = UNSET
+    output: Literal["table", "json", "yaml"] | UnsetType = UNSET
+    #: Written by the server for daemons; the CLI and SDK do not use it.
+    nats_url: str | UnsetType = UNSET
+
+
+_SERVER_ENV = {
+    "LAKESHORE_DATA_DIR": "data_dir",
+    "LAKESHORE_HOST": "host",
+    "LAKESHORE_PORT": "port",
+    "LAKESHORE_NATS_URL": "nats_url",
+    "LAKESHORE_NATS_PORT": "nats_port",
+    "LAKESHORE_REPLICAS": "replicas",
+}
+_CLIENT_ENV = {
+    "LAKESHORE_API": "api",
+    "LAKESHORE_TOKEN": "token",
+    "LAKESHORE_NAMESPACE": "namespace",
+}
+SERVER_FILE = "server.toml"
+CLIENT_FILE = "config.toml"
+
+
+def load_server_settings(
+    flags: Mapping[str, Any], *, env: Mapping[str, str] | None = None
+) -> ServerSettings:
+    """Build the server's settings: ``<data_dir>/server.toml``, then env, then flags.
+
+    ``data_dir`` comes from flags, then ``LAKESHORE_DATA_DIR``, then the default, since it
+    locates the file; the file itself may not set it.
+
+    Args:
+        flags: CLI values by field name; ``None`` means the flag was not given.
+        env: the environment; default ``os.environ``. Empty variables count as unset.
+
+    Raises:
+        Invalid: a bad or unknown key or value, naming its source (file path, variable or
+            flag), or ``lost_after_s`` not longer than ``heartbeat_s``.
+    """
+    env = os.environ if env is None else env
+    from_env = _from_env(env, _SERVER_ENV)
+    from_flags = {k: v for k, v in flags.items() if v is not None}
+    _check_source(from_flags, ServerSettings, "command-line flags")
+    for var, key in _SERVER_ENV.items():
+        if key in from_env:
+            _check_source({key: from_env[key]}, ServerSettings, var)
+    given = from_flags.get("data_dir") or from_env.get("data_dir") or ".lakeshore"
+    data_dir = Path(given).absolute()
+    path = data_dir / SERVER_FILE
+    from_file = read_toml(path) if path.is_file() else {}
+    if "data_dir" in from_file:
+        raise Invalid(
+            f"{path}: data_dir cannot be set in the file it locates; "
+            "use --data-dir or LAKESHORE_DATA_DIR"
+        )
+    _check_source(from_file, ServerSettings, str(path), strict=True)
+    merged = {**from_file, **from_env, **from_flags, "data_dir": data_dir}
+    settings = _convert(merged, ServerSettings, "server settings")
+    # Checked on the merged result: each source alone may set only one of the two.
+    if settings.lost_after_s <= settings.heartbeat_s:
+        raise Invalid(
+            f"lost_after_s ({settings.lost_after_s:g}) must be longer than heartbeat_s "
+            f"({settings.heartbeat_s:g}), or every daemon is lost between two heartbeats"
+        )
+    return settings
+
+
+def load_client_settings(
+    flags: Mapping[str, Any],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> ClientSettings:
+    """Build the CLI's and SDK's settings; per field, the first source that sets it wins.
+
+    Sources in order: flags, ``LAKESHORE_API`` / ``LAKESHORE_TOKEN`` /
+    ``LAKESHORE_NAMESPACE``, the file named by ``LAKESHORE_CONFIG``,
+    ``./.lakeshore/config.toml``, then ``lakeshore/config.toml`` in ``$XDG_CONFIG_HOME``
+    (default ``~/.config``). Files are optional except the one ``LAKESHORE_CONFIG`` names.
+
+    Args:
+        flags: CLI values by field name; ``None`` means the flag was not given.
+        env: the environment; default ``os.environ``. Empty variables count as unset.
+        cwd: the directory ``./.lakeshore`` is relative to; default the current one.
+
+    Raises:
+        Invalid: an unknown flag, a missing ``LAKESHORE_CONFIG`` file, or a file with an
+            unknown key (other than ``nats_url``) or a bad value, naming the file.
+    """
+    env = os.environ if env is None else env
+    from_flags = {k: v for k, v in flags.items() if v is not None}
+    _check_source(from_flags, ClientSettings, "command-line flags")
+    layers: list[dict[str, Any]] = [from_flags, _from_env(env, _CLIENT_ENV)]
+    for path in _client_files(env, cwd or Path.cwd()):
+        data = _convert(read_toml(path), _ClientFile, str(path), strict=True)
+        layers.append(msgspec.structs.asdict(data))
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged.update((k, v) for k, v in layer.items() if v is not UNSET)
+    merged.pop("nats_url", None)
+    settings = _convert(merged, ClientSettings, "client settings")
+    return msgspec.structs.replace(settings, api=settings.api.rstrip("/"))
+
+
+def _client_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
+    """Existing client config files, highest precedence first."""
+    files = []
+    if named := env.get("LAKESHORE_CONFIG"):
+        path = Path(named)
+        if not path.is_file():
+            raise Invalid(
+                f"LAKESHORE_CONFIG names {path}, which does not exist; fix the path or unset it"
+            )
+        files.append(path)
+    config_home = env.get("XDG_CONFIG_HOME") or Path(env.get("HOME") or Path.home()) / ".config"
+    for path in (cwd / ".lakeshore" / CLIENT_FILE, Path(config_home) / "lakeshore" / CLIENT_FILE):
+        if path.is_file():
+            files.append(path)
+    return files
+
+
+def write_client_config(
+    path: Path | str,
+    *,
+    api: str,
+    token: str | None,
+    namespace: str,
+    nats_url: str | None = None,
+) -> None:
+    """Write a client config file that :func:`load_client_settings` reads.
+
+    The file holds a token, so it is created with mode 0600 (replacing any earlier file
+    atomically) and its parent directories are created as needed. ``None`` values are left
+    out.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = {"api": api, "token": token, "namespace": namespace, "nats_url": nats_url}
+    text = "".join(f"{k} = {_toml_string(v)}\n" for k, v in values.items() if v is not None)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        # The umask can only remove bits, but an existing tmp file keeps its old mode.
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_toml(path: Path | str) -> dict[str, Any]:
+    """Parse a TOML file.
+
+    Raises:
+        Invalid: if the file cannot be read or is not valid TOML, naming the file.
+    """
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise Invalid(f"cannot read config file {path}: {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise Invalid(f"config file {path} is not valid TOML: {e}") from e
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped."""
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _from_env(env: Mapping[str, str], names: Mapping[str, str]) -> dict[str, str]:
+    return {key: env[var] for var, key in names.items() if env.get(var)}
+
+
+def _check_source(
+    values: Mapping[str, Any], type_: type[Struct], source: str, *, strict: bool = False
+) -> None:
+    """Decode one source alone, so an error names the source that caused it."""
+    _convert(values, type_, source, strict=strict)
+
+
+def _convert(
+    values: Mapping[str, Any], type_: type[_S], source: str, *, strict: bool = False
+) -> _S:
+    try:
+        return msgspec.convert(dict(values), type_, strict=strict, dec_hook=_dec_path)
+    except msgspec.ValidationError as e:
+        raise Invalid(f"invalid {source}: {e}") from None
+
+
+def _dec_path(type_: type, value: Any) -> Any:
+    if type_ is Path and isinstance(value, str | os.PathLike):
+        return Path(value)
+    raise NotImplementedError(f"cannot convert {type(value).__name__} to {type_.__name__}")

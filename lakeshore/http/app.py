@@ -1,0 +1,31 @@
+"""The aiohttp application: middlewares, every route module, typed state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from lakeshore.http import meta, namespaces, queues, workers
+from lakeshore.http.auth import auth_middleware
+from lakeshore.http.errors import error_middleware
+from lakeshore.http.state import PLANE
+
+if TYPE_CHECKING:
+    from lakeshore.plane import ControlPlane
+
+ROUTE_MODULES = (meta, namespaces, queues, workers)
+#: Largest request body accepted (bytes); larger answers 413.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def make_app(plane: ControlPlane) -> web.Application:
+    app = web.Application(
+        middlewares=[error_middleware, auth_middleware], client_max_size=MAX_BODY_BYTES
+    )
+    app[PLANE] = plane
+    docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
+    app[meta.OPENAPI] = meta.build_openapi(docs)
+    for m in ROUTE_MODULES:
+        app.add_routes(m.routes.table)
+    return app

@@ -1,0 +1,33 @@
+"""Bearer-token authentication middleware and the per-namespace check handlers call."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from lakeshore import access
+from lakeshore.access import Caller
+from lakeshore.http.state import PLANE
+from lakeshore.model import Namespace
+
+CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
+#: Routes that answer without a token.
+PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json"})
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
+    if request.path not in PUBLIC_PATHS:
+        store = request.app[PLANE].store
+        request[CALLER] = await access.identify(store, request.headers.get("Authorization"))
+    return await handler(request)
+
+
+def caller(request: web.Request) -> Caller:
+    return request[CALLER]
+
+
+async def namespace(request: web.Request) -> Namespace:
+    """The ``:ns`` of the path, once the caller is allowed to act on it (404 / 403)."""
+    return await access.authorize(
+        request.app[PLANE].store, caller(request), request.match_info["ns"]
+    )

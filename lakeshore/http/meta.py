@@ -1,0 +1,90 @@
+"""Health and the OpenAPI document, both answered without a token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from msgspec import Struct
+
+from lakeshore import __version__
+from lakeshore.errors import Unavailable
+from lakeshore.http.routes import RouteDoc, Routes, reply
+from lakeshore.http.state import PLANE
+from lakeshore.model import ErrorBody
+
+routes = Routes()
+
+
+class Health(Struct, frozen=True):
+    status: str
+    version: str
+
+
+@routes.route("GET", "/v1/healthz", "Ready: NATS connected and the store open",
+              answer=Health, public=True)
+async def healthz(request: web.Request) -> web.Response:
+    plane = request.app[PLANE]
+    if not plane.bus.connected:
+        raise Unavailable("NATS is not connected")
+    return reply(Health("ok", __version__))
+
+
+@routes.route("GET", "/v1/openapi.json", "This document", public=True)
+async def openapi(request: web.Request) -> web.Response:
+    return reply(request.app[OPENAPI])
+
+
+OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
+
+_ERROR_STATUSES = {"400": "invalid input", "401": "no or bad token", "403": "other org",
+                   "404": "not found", "409": "state conflict", "503": "NATS unavailable"}
+
+
+def build_openapi(docs: list[RouteDoc]) -> dict[str, Any]:
+    """An OpenAPI 3.1 document of every declared route, schemas from the msgspec types."""
+    types = {t for d in docs for t in (d.body, d.answer) if t is not None} | {ErrorBody}
+    ordered = sorted(types, key=lambda t: t.__name__)
+    schemas, components = msgspec.json.schema_components(
+        ordered, ref_template="#/components/schemas/{name}"
+    )
+    ref = dict(zip(ordered, schemas, strict=True))
+    paths: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        op: dict[str, Any] = {"summary": d.summary, "responses": {}}
+        params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+                  for p in _path_params(d.path)]
+        params += [{"name": q, "in": "query", "required": False, "schema": {"type": "string"}}
+                   for q in d.query]
+        if params:
+            op["parameters"] = params
+        if d.body is not None:
+            op["requestBody"] = {"required": True,
+                                 "content": {"application/json": {"schema": ref[d.body]}}}
+        answer: dict[str, Any] = {"description": "success"}
+        if d.answer is not None:
+            answer["content"] = {"application/json": {"schema": ref[d.answer]}}
+        op["responses"][str(d.status)] = answer
+        errors = {"503": _ERROR_STATUSES["503"]} if d.public else _ERROR_STATUSES
+        for status, why in errors.items():
+            op["responses"][status] = {
+                "description": why,
+                "content": {"application/json": {"schema": ref[ErrorBody]}},
+            }
+        if not d.public:
+            op["security"] = [{"bearer": []}]
+        paths.setdefault(d.path, {})[d.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Lakeshore", "version": __version__},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def _path_params(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]

@@ -1,0 +1,420 @@
+"""The DuckDB row store: the only module that holds SQL.
+
+DuckDB's Python API is synchronous and a database file has one writer, so a :class:`Store`
+owns one connection that lives on one dedicated thread. Every public method is a coroutine
+that runs its work on that thread; calls are therefore serialised in the order they were
+made, and the event loop never blocks on the file. Values always travel as parameters.
+
+Rows come back as the Structs of :mod:`lakeshore.model` through the one generic
+conversion of :mod:`lakeshore.store._rows`. Timestamps are ``TIMESTAMPTZ`` and come back
+tz-aware in UTC; elasticity, labels, worker queues and event details are JSON in VARCHAR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import duckdb
+import msgspec
+
+from lakeshore import errors
+from lakeshore.model import Namespace, Queue, QueueEvent, QueueState, Token, Worker, now
+from lakeshore.store import _rows
+from lakeshore.store import migrations as mig
+from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
+
+Con = duckdb.DuckDBPyConnection
+T = TypeVar("T")
+
+_NAMESPACE = ("name", "org", "created_at")
+_TOKEN = ("id", "namespace", "description", "admin", "created_at")
+_QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_full",
+          "elasticity", "created_at", "updated_at")  # fmt: skip
+_WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
+           "current", "last_heartbeat", "started_at")  # fmt: skip
+_WORKER_DATA = _WORKER[3:]
+_QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")
+
+_SELECT_NAMESPACE = _rows.select("namespaces", _NAMESPACE)
+_SELECT_TOKEN = _rows.select("tokens", _TOKEN) + " WHERE revoked_at IS NULL"
+_SELECT_QUEUE = _rows.select("queues", _QUEUE)
+_SELECT_WORKER = _rows.select("workers", _WORKER)
+_UPDATE_QUEUE = _rows.update("queues", _QUEUE[2:], _QUEUE[:2])
+_UPDATE_WORKER = _rows.update("workers", _WORKER_DATA, ("id",))
+_INSERT_NAMESPACE = _rows.insert("namespaces", _NAMESPACE)
+_INSERT_TOKEN = _rows.insert("tokens", (*_TOKEN, "hash"))
+_INSERT_QUEUE = _rows.insert("queues", _QUEUE)
+_INSERT_WORKER = _rows.insert("workers", _WORKER)
+_INSERT_QUEUE_EVENT = (
+    _rows.insert("queue_events", _QUEUE_EVENT[1:]) + f" RETURNING {', '.join(_QUEUE_EVENT)}"
+)
+
+
+class Store:
+    """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
+
+    Uniqueness checks followed by a write are atomic without a transaction: this store is
+    the file's only connection (DuckDB locks the file) and its calls run one at a time.
+    """
+
+    def __init__(self, con: Con, executor: ThreadPoolExecutor) -> None:
+        self._con = con
+        self._executor = executor
+        self._closed = False
+
+    async def _run(self, fn: Callable[[Con], T]) -> T:
+        if self._closed:
+            raise errors.Unavailable("the store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, self._con)
+
+    async def close(self) -> None:
+        """Close the connection after the calls already made, then stop the thread.
+
+        Idempotent. Calls made after ``close`` raise :class:`errors.Unavailable`.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._con.close)
+        finally:
+            self._executor.shutdown(wait=True)
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def schema_version(self) -> int:
+        """The highest migration applied to the file."""
+        return await self._run(mig.schema_version)
+
+    # ---- namespaces -----------------------------------------------------------------
+
+    async def insert_namespace(self, ns: Namespace) -> None:
+        """Add a namespace.
+
+        Raises:
+            errors.AlreadyExists: a namespace with that name exists.
+        """
+
+        def work(con: Con) -> None:
+            if _rows.scalar(con, "SELECT 1 FROM namespaces WHERE name = ?", [ns.name]):
+                raise errors.AlreadyExists("namespace", ns.name, "")
+            con.execute(_INSERT_NAMESPACE, _rows.params(ns, _NAMESPACE))
+
+        await self._run(work)
+
+    async def get_namespace(self, name: str) -> Namespace | None:
+        sql = _SELECT_NAMESPACE + " WHERE name = ?"
+        return await self._run(lambda con: _rows.first(con, Namespace, sql, [name]))
+
+    async def list_namespaces(self, org: str | None = None) -> list[Namespace]:
+        """Every namespace, or those of ``org``, sorted by name."""
+        sql = _SELECT_NAMESPACE + " WHERE org = coalesce(?, org) ORDER BY name"
+        return await self._run(lambda con: _rows.fetch(con, Namespace, sql, [org]))
+
+    # ---- tokens ---------------------------------------------------------------------
+
+    async def insert_token(self, token: Token, token_hash: str) -> None:
+        """Store a token with the hash of its secret (the secret itself is never stored).
+
+        Raises:
+            errors.AlreadyExists: the id, or the hash, is already taken (revoked or not).
+        """
+
+        def work(con: Con) -> None:
+            sql = "SELECT 1 FROM tokens WHERE id = ? OR hash = ?"
+            if _rows.scalar(con, sql, [token.id, token_hash]):
+                raise errors.AlreadyExists("token", token.id, " (or its secret is reused)")
+            con.execute(_INSERT_TOKEN, [*_rows.params(token, _TOKEN), token_hash])
+
+        await self._run(work)
+
+    async def token_by_hash(self, token_hash: str) -> Token | None:
+        """The live (not revoked) token whose secret hashes to ``token_hash``."""
+        sql = _SELECT_TOKEN + " AND hash = ?"
+        return await self._run(lambda con: _rows.first(con, Token, sql, [token_hash]))
+
+    async def list_tokens(self, namespace: str | None) -> list[Token]:
+        """Live tokens of ``namespace`` (``None``: the admin tokens), oldest first."""
+        sql = _SELECT_TOKEN + " AND namespace IS NOT DISTINCT FROM ? ORDER BY created_at, id"
+        return await self._run(lambda con: _rows.fetch(con, Token, sql, [namespace]))
+
+    async def revoke_token(
+        self, namespace: str | None, token_id: str, at: datetime | None = None
+    ) -> Token | None:
+        """Mark a live token of ``namespace`` revoked at ``at`` (default: now).
+
+        Returns:
+            The revoked token, or ``None`` when ``namespace`` has no live token ``token_id``.
+        """
+        sql = (
+            "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL "
+            f"AND namespace IS NOT DISTINCT FROM ? RETURNING {', '.join(_TOKEN)}"
+        )
+        params = [now() if at is None else at, token_id, namespace]
+        return await self._run(lambda con: _rows.first(con, Token, sql, params))
+
+    # ---- queues ---------------------------------------------------------------------
+
+    async def insert_queue(self, q: Queue) -> None:
+        """Add a queue row.
+
+        Raises:
+            errors.AlreadyExists: the namespace has a queue of that name.
+        """
+
+        def work(con: Con) -> None:
+            sql = "SELECT 1 FROM queues WHERE namespace = ? AND name = ?"
+            if _rows.scalar(con, sql, [q.namespace, q.name]):
+                raise errors.AlreadyExists("queue", q.name, f" in namespace {q.namespace!r}")
+            con.execute(_INSERT_QUEUE, _rows.params(q, _QUEUE))
+
+        await self._run(work)
+
+    async def update_queue(self, q: Queue) -> None:
+        """Overwrite every column of the queue ``(q.namespace, q.name)`` but its key.
+
+        Raises:
+            errors.QueueNotFound: there is no such queue.
+        """
+        params = [*_rows.params(q, _QUEUE[2:]), q.namespace, q.name]
+        if not await self._run(lambda con: _rows.scalar(con, _UPDATE_QUEUE, params)):
+            raise errors.QueueNotFound(q.namespace, q.name)
+
+    async def delete_queue(self, namespace: str, name: str) -> bool:
+        """Delete the queue row (its events are kept). Returns whether it existed."""
+        sql = "DELETE FROM queues WHERE namespace = ? AND name = ?"
+        return bool(await self._run(lambda con: _rows.scalar(con, sql, [namespace, name])))
+
+    async def get_queue(self, namespace: str, name: str) -> Queue | None:
+        sql = _SELECT_QUEUE + " WHERE namespace = ? AND name = ?"
+        return await self._run(lambda con: _rows.first(con, Queue, sql, [namespace, name]))
+
+    async def list_queues(
+        self, namespaces: list[str], state: QueueState | None = None
+    ) -> list[Queue]:
+        """Queues of any of ``namespaces`` (in ``state`` if given), by namespace then name."""
+        sql = (
+            _SELECT_QUEUE + " WHERE namespace = ANY(?::VARCHAR[]) AND state = coalesce(?, state)"
+            " ORDER BY namespace, name"
+        )
+        return await self._run(lambda con: _rows.fetch(con, Queue, sql, [namespaces, state]))
+
+    async def all_queues(self) -> list[Queue]:
+        """Every queue of every namespace and state, by namespace then name."""
+        sql = _SELECT_QUEUE + " ORDER BY namespace, name"
+        return await self._run(lambda con: _rows.fetch(con, Queue, sql))
+
+    # ---- workers --------------------------------------------------------------------
+
+    async def upsert_worker(self, w: Worker) -> None:
+        """Insert the worker, or overwrite the row with the same id (a rename included).
+
+        Raises:
+            errors.AlreadyExists: another worker id has the same (namespace, name).
+        """
+
+        def work(con: Con) -> None:
+            sql = "SELECT id FROM workers WHERE namespace = ? AND name = ? AND id <> ?"
+            other = _rows.scalar(con, sql, [w.namespace, w.name, w.id])
+            if other is not None:
+                raise errors.AlreadyExists(
+                    "worker", w.name, f" in namespace {w.namespace!r} with id {other!r}"
+                )
+            key = con.execute("SELECT namespace, name FROM workers WHERE id = ?", [w.id]).fetchone()
+            if key == (w.namespace, w.name):
+                con.execute(_UPDATE_WORKER, [*_rows.params(w, _WORKER_DATA), w.id])
+                return
+            # Key columns are never updated in place (DuckDB's index limitation).
+            if key is not None:
+                con.execute("DELETE FROM workers WHERE id = ?", [w.id])
+            con.execute(_INSERT_WORKER, _rows.params(w, _WORKER))
+
+        await self._run(lambda con: _rows.transaction(con, work))
+
+    async def get_worker(self, namespace: str, ref: str) -> Worker | None:
+        """The worker of ``namespace`` whose id, else whose name, is ``ref``."""
+        sql = (
+            _SELECT_WORKER + " WHERE namespace = ? AND (id = ? OR name = ?)"
+            " ORDER BY id = ? DESC LIMIT 1"
+        )
+        return await self._run(
+            lambda con: _rows.first(con, Worker, sql, [namespace, ref, ref, ref])
+        )
+
+    async def list_workers(self, namespace: str | None = None) -> list[Worker]:
+        """Workers of ``namespace`` (``None``: all), by namespace then name."""
+        sql = _SELECT_WORKER + " WHERE namespace = coalesce(?, namespace) ORDER BY namespace, name"
+        return await self._run(lambda con: _rows.fetch(con, Worker, sql, [namespace]))
+
+    async def delete_worker(self, id: str) -> bool:
+        """Returns whether a worker with that id existed."""
+        sql = "DELETE FROM workers WHERE id = ?"
+        return bool(await self._run(lambda con: _rows.scalar(con, sql, [id])))
+
+    async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:
+        """Remove ``queue`` from the ``queues`` of every worker of ``namespace``, atomically.
+
+        A worker left with no queue is back on the default queue (``queues == []``).
+
+        Returns:
+            The changed workers as they are now, by name.
+        """
+
+        def work(con: Con) -> list[Worker]:
+            # A validated name's JSON string matches only a whole list element; the exact
+            # test below is authoritative, the filter only narrows the scan.
+            sql = _SELECT_WORKER + " WHERE namespace = ? AND contains(queues, ?) ORDER BY name"
+            changed = [
+                msgspec.structs.replace(w, queues=[q for q in w.queues if q != queue])
+                for w in _rows.fetch(con, Worker, sql, [namespace, _rows.to_json(queue)])
+                if queue in w.queues
+            ]
+            if changed:
+                con.executemany(
+                    "UPDATE workers SET queues = ? WHERE id = ?",
+                    [[_rows.to_json(w.queues), w.id] for w in changed],
+                )
+            return changed
+
+        return await self._run(lambda con: _rows.transaction(con, work))
+
+    # ---- queue events ---------------------------------------------------------------
+
+    async def append_queue_event(
+        self,
+        namespace: str,
+        queue: str,
+        type: str,
+        actor: str | None,
+        detail: dict[str, Any] | None,
+        ts: datetime | None = None,
+    ) -> QueueEvent:
+        """Record a change of a queue at ``ts`` (default: now).
+
+        Returns:
+            The stored event, with its id (increasing in append order) and its detail.
+        """
+        encoded = None if detail is None else _rows.to_json(detail)
+        params = [namespace, queue, now() if ts is None else ts, type, actor, encoded]
+        event = await self._run(
+            lambda con: _rows.first(con, QueueEvent, _INSERT_QUEUE_EVENT, params)
+        )
+        assert event is not None
+        return event
+
+    async def list_queue_events(
+        self, namespace: str, queue: str, limit: int = 50, verbose: bool = False
+    ) -> list[QueueEvent]:
+        """The ``limit`` newest events of a queue, newest first.
+
+        Args:
+            limit: at most this many events (>= 0).
+            verbose: fill ``detail``; otherwise it is ``None``.
+
+        Raises:
+            errors.Invalid: ``limit`` is negative.
+        """
+        if limit < 0:
+            raise errors.Invalid(f"limit must be 0 or more, got {limit}")
+        cols = _QUEUE_EVENT if verbose else _QUEUE_EVENT[:-1]
+        sql = (
+            _rows.select("queue_events", cols)
+            + " WHERE namespace = ? AND queue = ? ORDER BY id DESC LIMIT ?"
+        )
+        return await self._run(
+            lambda con: _rows.fetch(con, QueueEvent, sql, [namespace, queue, limit])
+        )
+
+    # ---- invocation events ----------------------------------------------------------
+
+    async def append_invocation_events(
+        self, rows: Sequence[tuple[Any, ...] | msgspec.Struct]
+    ) -> int:
+        """Append a batch of invocation events in one statement.
+
+        Args:
+            rows: tuples in :data:`INVOCATION_EVENT_COLUMNS` order, or Structs with those
+                attributes. ``detail`` is any JSON-encodable value or ``None``.
+
+        Returns:
+            The number of rows appended.
+
+        Raises:
+            ValueError: a tuple has the wrong number of values; nothing is appended.
+        """
+        if not rows:
+            return 0
+
+        def work(con: Con) -> int:
+            con.execute(_rows.INSERT_INVOCATION_EVENTS, _rows.invocation_columns(rows))
+            return len(rows)
+
+        return await self._run(work)
+
+    async def list_invocation_events(
+        self, namespace: str, invocation_id: str
+    ) -> list[tuple[Any, ...]]:
+        """Events of one invocation, oldest first, as :data:`INVOCATION_EVENT_COLUMNS` tuples.
+
+        ``detail`` is decoded back from JSON.
+        """
+        sql = (
+            _rows.select("invocation_events", INVOCATION_EVENT_COLUMNS)
+            + " WHERE namespace = ? AND invocation_id = ? ORDER BY ts, attempt"
+        )
+
+        def work(con: Con) -> list[tuple[Any, ...]]:
+            rows = con.execute(sql, [namespace, invocation_id]).fetchall()
+            return [(*row[:-1], _rows.from_json(row[-1])) for row in rows]
+
+        return await self._run(work)
+
+
+def _connect(path: Path, migrations: Sequence[mig.Migration]) -> Con:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        mig.migrate(con, str(path), migrations)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+async def open_store(path: Path, *, migrations: Sequence[mig.Migration] = mig.MIGRATIONS) -> Store:
+    """Open (creating it and its parent directory if needed) and migrate a store file.
+
+    Args:
+        path: the DuckDB file.
+        migrations: the known migrations; only tests pass anything but the default.
+
+    Raises:
+        SchemaTooNew: the file was written by a newer Lakeshore.
+        errors.Unavailable: the file cannot be opened (e.g. another process holds it).
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakeshore-store")
+    loop = asyncio.get_running_loop()
+    try:
+        con = await loop.run_in_executor(executor, _connect, Path(path), migrations)
+    except duckdb.IOException as exc:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise errors.Unavailable(f"cannot open store {str(path)!r}: {exc}") from exc
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    return Store(con, executor)

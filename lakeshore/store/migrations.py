@@ -1,0 +1,162 @@
+"""Versioned schema migrations of the DuckDB store.
+
+A migration is ``(version, [statements])``. Versions start at 1 and increase by one. Each
+missing migration runs in its own transaction together with the ``schema_version`` row that
+records it, so a crash leaves the file at the last fully applied version. Migrations are
+never edited once released: a change of schema is a new migration appended to
+:data:`MIGRATIONS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+
+from lakeshore import errors
+
+Migration = tuple[int, list[str]]
+
+_TS = "TIMESTAMPTZ NOT NULL"
+
+#: Every migration the code knows, in order.
+MIGRATIONS: list[Migration] = [
+    (
+        1,
+        [
+            f"""CREATE TABLE namespaces (
+                name VARCHAR PRIMARY KEY,
+                org VARCHAR NOT NULL,
+                created_at {_TS}
+            )""",
+            f"""CREATE TABLE tokens (
+                id VARCHAR PRIMARY KEY,
+                hash VARCHAR NOT NULL UNIQUE,
+                namespace VARCHAR,
+                description VARCHAR NOT NULL,
+                admin BOOLEAN NOT NULL,
+                created_at {_TS},
+                revoked_at TIMESTAMPTZ
+            )""",
+            f"""CREATE TABLE queues (
+                namespace VARCHAR NOT NULL,
+                name VARCHAR NOT NULL,
+                kind VARCHAR NOT NULL,
+                state VARCHAR NOT NULL,
+                description VARCHAR NOT NULL,
+                max_depth INTEGER,
+                on_full VARCHAR NOT NULL,
+                elasticity VARCHAR NOT NULL,
+                created_at {_TS},
+                updated_at {_TS},
+                PRIMARY KEY (namespace, name)
+            )""",
+            f"""CREATE TABLE workers (
+                id VARCHAR PRIMARY KEY,
+                namespace VARCHAR NOT NULL,
+                name VARCHAR NOT NULL,
+                queues VARCHAR NOT NULL,
+                labels VARCHAR NOT NULL,
+                provider VARCHAR NOT NULL,
+                managed BOOLEAN NOT NULL,
+                status VARCHAR NOT NULL,
+                current VARCHAR,
+                last_heartbeat TIMESTAMPTZ,
+                started_at {_TS},
+                UNIQUE (namespace, name)
+            )""",
+            "CREATE SEQUENCE queue_events_id_seq START 1",
+            f"""CREATE TABLE queue_events (
+                id BIGINT PRIMARY KEY DEFAULT nextval('queue_events_id_seq'),
+                namespace VARCHAR NOT NULL,
+                queue VARCHAR NOT NULL,
+                ts {_TS},
+                type VARCHAR NOT NULL,
+                actor VARCHAR,
+                detail VARCHAR
+            )""",
+            # Append-only and written in bulk: no key and no index, since every ART index
+            # would be maintained row by row on the ingest path.
+            f"""CREATE TABLE invocation_events (
+                namespace VARCHAR NOT NULL,
+                queue VARCHAR NOT NULL,
+                invocation_id VARCHAR NOT NULL,
+                ts {_TS},
+                type VARCHAR NOT NULL,
+                attempt INTEGER NOT NULL,
+                worker VARCHAR,
+                epoch BIGINT,
+                detail VARCHAR
+            )""",
+        ],
+    ),
+]
+
+
+class SchemaTooNew(errors.LakeshoreError):
+    """The store file was written by a newer Lakeshore than this one."""
+
+    code = "schema_too_new"
+    http_status = 500
+
+    def __init__(self, where: str, found: int, known: int) -> None:
+        self.where, self.found, self.known = where, found, known
+        super().__init__(
+            f"store {where} has schema version {found} but this lakeshore knows up to "
+            f"version {known}; upgrade lakeshore or point it at another data dir"
+        )
+
+
+def check_migrations(migrations: Sequence[Migration]) -> None:
+    """Check that versions run 1, 2, 3, … without gaps or repeats.
+
+    Raises:
+        ValueError: the list is malformed (a bug in the code, not in the file).
+    """
+    versions = [v for v, _ in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(f"migration versions must be 1..n in order, got {versions}")
+
+
+def migrate(
+    con: duckdb.DuckDBPyConnection, where: str, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Bring the connected file up to the newest known schema.
+
+    Args:
+        con: an open connection, used only from the calling thread.
+        where: how to name the file in errors (its path).
+        migrations: the known migrations (tests pass a longer or shorter list).
+
+    Returns:
+        The schema version of the file afterwards.
+
+    Raises:
+        SchemaTooNew: the file's version is above every known migration; nothing is changed.
+    """
+    check_migrations(migrations)
+    con.execute(
+        f"CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at {_TS})"
+    )
+    current = schema_version(con)
+    known = len(migrations)
+    if current > known:
+        raise SchemaTooNew(where, current, known)
+    for version, statements in migrations[current:]:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for statement in statements:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_version VALUES (?, now())", [version])
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+    return max(current, known)
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The highest applied migration (0 for a file that has none)."""
+    row = con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+    assert row is not None
+    return int(row[0])

