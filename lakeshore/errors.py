@@ -193,6 +193,20 @@ class NatsTooOld(Unavailable):
         )
 
 
+class SchemaTooNew(LakeshoreError):
+    """The store file was written by a newer Lakeshore than this one."""
+
+    code = "schema_too_new"
+    http_status = 500
+
+    def __init__(self, where: str, found: int, known: int) -> None:
+        self.where, self.found, self.known = where, found, known
+        super().__init__(
+            f"store {where} has schema version {found} but this lakeshore knows up to "
+            f"version {known}; upgrade lakeshore or point it at another data dir"
+        )
+
+
 class Internal(LakeshoreError):
     """A bug: reported without its traceback, which goes to the server log."""
 

@@ -105,7 +105,7 @@ def run(call: Callable[[Client], Call[T]], table: Callable[[T], str]) -> None:
             return body, pending.decode(body)
 
     body, value = asyncio.run(fetch())
-    output.emit(conf.output, body, lambda: table(value))
+    output.emit(conf.output or "table", body, lambda: table(value))
 
 
 __all__ = ["LakeshoreCommand", "LakeshoreGroup", "run", "settings"]

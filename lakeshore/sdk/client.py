@@ -38,7 +38,18 @@ T = TypeVar("T")
 
 #: HTTP status → error class, for an error body whose code this client does not know.
 _ERRORS_BY_STATUS: dict[int, type[LakeshoreError]] = {
-    cls.http_status: cls for cls in LakeshoreError.__subclasses__()
+    cls.http_status: cls
+    for cls in (
+        errors.Invalid,
+        errors.Unauthorized,
+        errors.Forbidden,
+        errors.NotFound,
+        errors.Conflict,
+        errors.TooLarge,
+        errors.QueueFull,
+        errors.Unavailable,
+        errors.Internal,
+    )
 }
 _EXCERPT_CHARS = 200
 
@@ -176,7 +187,7 @@ class Client:
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
-        except aiohttp.InvalidURL as exc:
+        except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
             raise errors.Invalid(
                 f"invalid api url {self.api!r} ({exc}); pass --api http://HOST:PORT"
             ) from None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from lakeshore import errors
+from lakeshore.errors import SchemaTooNew
 
 Migration = tuple[int, list[str]]
 
@@ -91,20 +91,6 @@ MIGRATIONS: list[Migration] = [
         ],
     ),
 ]
-
-
-class SchemaTooNew(errors.LakeshoreError):
-    """The store file was written by a newer Lakeshore than this one."""
-
-    code = "schema_too_new"
-    http_status = 500
-
-    def __init__(self, where: str, found: int, known: int) -> None:
-        self.where, self.found, self.known = where, found, known
-        super().__init__(
-            f"store {where} has schema version {found} but this lakeshore knows up to "
-            f"version {known}; upgrade lakeshore or point it at another data dir"
-        )
 
 
 def check_migrations(migrations: Sequence[Migration]) -> None:

@@ -14,8 +14,10 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+from lakeshore.actors.workers import Register
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
+from lakeshore.model import WorkerRegister
 from lakeshore.sdk import Client
 
 Invoke = Callable[..., Result]
@@ -32,12 +34,19 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 
 @pytest.fixture
 def cli(control_plane, isolated) -> Invoke:
-    """``cli("queues", "ls")``: the CLI with the control plane's URL and admin token in
-    the environment, as a user's shell would have them."""
+    """``await cli("queues", "ls")``: the CLI with the control plane's URL and admin token
+    in the environment, as a user's shell would have them.
+
+    The CLI runs ``asyncio.run`` per command, so it runs on a thread while the control
+    plane keeps serving on the test's loop.
+    """
     env = {"LAKESHORE_API": control_plane.api, "LAKESHORE_TOKEN": control_plane.admin_token}
 
-    def invoke(*args: str, expect: int = OK) -> Result:
-        result = CliRunner(env=env).invoke(lakeshore, list(args), prog_name="lakeshore")
+    async def invoke(*args: str, expect: int = OK) -> Result:
+        runner = CliRunner(env=env)
+        result = await asyncio.to_thread(
+            runner.invoke, lakeshore, list(args), prog_name="lakeshore"
+        )
         assert result.exit_code == expect, (result.stdout, result.stderr, result.exception)
         assert "Traceback" not in result.output
         return result
@@ -45,21 +54,24 @@ def cli(control_plane, isolated) -> Invoke:
     return invoke
 
 
-def api_body(control_plane, path: str) -> Any:
-    async def get() -> Any:
-        async with Client(control_plane.api, control_plane.admin_token) as c:
-            return await c.request("GET", path)
+async def api_body(control_plane, path: str) -> Any:
+    async with Client(control_plane.api, control_plane.admin_token) as c:
+        return await c.request("GET", path)
 
-    return asyncio.run(get())
+
+async def register(control_plane, name: str, *queues: str) -> None:
+    """A worker row as a daemon registers it (``daemon launch`` is not part of this CLI yet)."""
+    reg = WorkerRegister(namespace="default", name=name, queues=list(queues))
+    await control_plane.plane.workers.ask(Register(reg))
 
 
 def rows(table: str) -> list[list[str]]:
     return [line.split() for line in table.strip().splitlines()]
 
 
-def test_queues_add_then_ls_shows_the_row(cli):
-    cli("queues", "add", "cpu-prep", "--description", "pre-processing", "--max-depth", "50")
-    out = cli("queues", "ls").stdout
+async def test_queues_add_then_ls_shows_the_row(cli):
+    await cli("queues", "add", "cpu-prep", "--description", "pre-processing", "--max-depth", "50")
+    out = (await cli("queues", "ls")).stdout
     header, *body = out.strip().splitlines()
     assert header.split() == [
         "NAMESPACE", "NAME", "KIND", "STATE", "ELASTICITY", "MAX_DEPTH", "DESCRIPTION"
@@ -69,95 +81,101 @@ def test_queues_add_then_ls_shows_the_row(cli):
     ]
 
 
-def test_json_output_is_the_api_body(cli, control_plane):
-    cli("queues", "add", "cpu-prep")
+async def test_json_output_is_the_api_body(cli, control_plane):
+    await cli("queues", "add", "cpu-prep")
     for args, path in [
         (("queues", "ls"), "/v1/namespaces/default/queues"),
         (("queues", "show", "cpu-prep"), "/v1/namespaces/default/queues/cpu-prep"),
         (("queues", "stats", "cpu-prep"), "/v1/namespaces/default/queues/cpu-prep/stats"),
         (("namespaces", "ls"), "/v1/namespaces"),
     ]:
-        out = cli(*args, "-o", "json").stdout
-        assert json.loads(out) == api_body(control_plane, path), args
+        out = (await cli(*args, "-o", "json")).stdout
+        assert json.loads(out) == await api_body(control_plane, path), args
         assert out.startswith("{\n  ")
 
 
-def test_yaml_output_is_the_api_body(cli, control_plane):
-    out = cli("queues", "show", "default", "-o", "yaml").stdout
-    assert yaml.safe_load(out) == api_body(control_plane, "/v1/namespaces/default/queues/default")
+async def test_yaml_output_is_the_api_body(cli, control_plane):
+    out = (await cli("queues", "show", "default", "-o", "yaml")).stdout
+    assert yaml.safe_load(out) == await api_body(
+        control_plane, "/v1/namespaces/default/queues/default"
+    )
 
 
-def test_global_options_before_the_group_and_after_the_verb(cli, control_plane):
-    cli("namespaces", "add", "bob")
-    cli("-n", "bob", "queues", "add", "inference")
-    inner = json.loads(cli("queues", "show", "inference", "-o", "json", "-n", "bob").stdout)
+async def test_global_options_before_the_group_and_after_the_verb(cli, control_plane):
+    await cli("namespaces", "add", "bob")
+    await cli("-n", "bob", "queues", "add", "inference")
+    inner = json.loads((await cli("queues", "show", "inference", "-o", "json", "-n", "bob")).stdout)
     assert (inner["name"], inner["namespace"]) == ("inference", "bob")
-    outer = json.loads(cli("-o", "json", "--namespace", "bob", "queues", "show", "inference").stdout)
+    outer = json.loads(
+        (await cli("-o", "json", "--namespace", "bob", "queues", "show", "inference")).stdout
+    )
     assert outer == inner
-    middle = cli("queues", "-n", "bob", "show", "inference", "--output", "yaml").stdout
+    middle = (await cli("queues", "-n", "bob", "show", "inference", "--output", "yaml")).stdout
     assert yaml.safe_load(middle) == inner
 
 
-def test_the_innermost_global_option_wins(cli, control_plane):
-    cli("namespaces", "add", "bob")
-    cli("queues", "add", "inference", "-n", "bob")
+async def test_the_innermost_global_option_wins(cli, control_plane):
+    await cli("namespaces", "add", "bob")
+    await cli("queues", "add", "inference", "-n", "bob")
     closed = f"http://127.0.0.1:{_closed_port()}"
-    out = cli("--api", closed, "-n", "nowhere", "queues", "show", "inference",
-              "--api", control_plane.api, "-n", "bob", "-o", "json").stdout  # fmt: skip
+    out = (await cli("--api", closed, "-n", "nowhere", "queues", "show", "inference",
+              "--api", control_plane.api, "-n", "bob", "-o", "json")).stdout  # fmt: skip
     assert json.loads(out)["namespace"] == "bob"
-    result = cli("-o", "json", "queues", "show", "inference", "-n", "bob", "-o", "table")
+    result = await cli("-o", "json", "queues", "show", "inference", "-n", "bob", "-o", "table")
     assert result.stdout.startswith("name:")
 
 
-def test_flags_override_the_environment(cli, control_plane):
-    result = cli("queues", "ls", "--token", "not-a-token", expect=API_ERROR)
+async def test_flags_override_the_environment(cli, control_plane):
+    result = await cli("queues", "ls", "--token", "not-a-token", expect=API_ERROR)
     assert result.stderr.startswith("error: ")
 
 
-def test_patch_has_no_kind_or_elasticity_flag(cli):
-    cli("queues", "add", "training-h100", "--kind", "priority")
+async def test_patch_has_no_kind_or_elasticity_flag(cli):
+    await cli("queues", "add", "training-h100", "--kind", "priority")
     for flag in (["--kind", "fifo"], ["--elasticity", "elastic"]):
-        result = cli("queues", "patch", "training-h100", *flag, expect=USAGE)
-        assert f"No such option: {flag[0]}" in result.stderr
-    help_text = cli("queues", "patch", "--help").stdout
+        result = await cli("queues", "patch", "training-h100", *flag, expect=USAGE)
+        assert f"No such option '{flag[0]}'" in result.stderr
+    help_text = (await cli("queues", "patch", "--help")).stdout
     assert "PATCH the queue's elasticity object over HTTP" in " ".join(help_text.split())
     assert "recreate the queue" in " ".join(help_text.split())
 
 
-def test_patch_scaling_flags_merge_into_elasticity(cli, control_plane):
-    cli("queues", "add", "gpu", "--elasticity", "elastic", "--max", "4", "--provider", "local")
-    cli("queues", "patch", "gpu", "--max", "8", "--target-pending", "2")
-    e = api_body(control_plane, "/v1/namespaces/default/queues/gpu")["elasticity"]
+async def test_patch_scaling_flags_merge_into_elasticity(cli, control_plane):
+    await cli(
+        "queues", "add", "gpu", "--elasticity", "elastic", "--max", "4", "--provider", "local"
+    )
+    await cli("queues", "patch", "gpu", "--max", "8", "--target-pending", "2")
+    e = (await api_body(control_plane, "/v1/namespaces/default/queues/gpu"))["elasticity"]
     assert (e["kind"], e["min"], e["max"], e["target_pending"]) == ("elastic", 1, 8, 2)
 
 
-def test_patch_max_depth_none_removes_the_bound(cli, control_plane):
-    cli("queues", "add", "q", "--max-depth", "5")
-    cli("queues", "patch", "q", "--max-depth", "none")
-    assert api_body(control_plane, "/v1/namespaces/default/queues/q")["max_depth"] is None
+async def test_patch_max_depth_none_removes_the_bound(cli, control_plane):
+    await cli("queues", "add", "q", "--max-depth", "5")
+    await cli("queues", "patch", "q", "--max-depth", "none")
+    assert (await api_body(control_plane, "/v1/namespaces/default/queues/q"))["max_depth"] is None
 
 
-def test_patch_without_changes_is_a_usage_error(cli):
-    result = cli("queues", "patch", "default", expect=USAGE)
+async def test_patch_without_changes_is_a_usage_error(cli):
+    result = await cli("queues", "patch", "default", expect=USAGE)
     assert "nothing to change" in result.stderr
 
 
-def test_queues_has_only_the_irregular_verbs(cli):
+async def test_queues_has_only_the_irregular_verbs(cli):
     for verb in ("list", "remove"):
-        cli("queues", verb, "x", expect=USAGE)
-    cli("daemon", "ls", expect=USAGE)
+        await cli("queues", verb, "x", expect=USAGE)
+    await cli("daemon", "ls", expect=USAGE)
 
 
-def test_an_api_error_exits_1_with_the_message_on_stderr(cli):
-    result = cli("queues", "show", "nope", expect=API_ERROR)
+async def test_an_api_error_exits_1_with_the_message_on_stderr(cli):
+    result = await cli("queues", "show", "nope", expect=API_ERROR)
     assert result.stderr.startswith("error: queue 'nope' does not exist in namespace 'default'")
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
 
 
-def test_default_queue_cannot_be_archived_or_removed(cli):
+async def test_default_queue_cannot_be_archived_or_removed(cli):
     for verb in ("archive", "rm"):
-        result = cli("queues", verb, "default", expect=API_ERROR)
+        result = await cli("queues", verb, "default", expect=API_ERROR)
         assert "reserved" in result.stderr
 
 
@@ -170,42 +188,44 @@ def test_an_unreachable_api_is_reported_clearly(isolated):
     assert "Traceback" not in result.output
 
 
-def test_lifecycle_verbs(cli):
-    cli("queues", "add", "training-h100")
-    assert "draining" in cli("queues", "drain", "training-h100").stdout
-    assert "archived" in cli("queues", "archive", "training-h100").stdout
-    archived = cli("queues", "ls", "--state", "archived").stdout
+async def test_lifecycle_verbs(cli):
+    await cli("queues", "add", "training-h100")
+    assert "draining" in (await cli("queues", "drain", "training-h100")).stdout
+    assert "archived" in (await cli("queues", "archive", "training-h100")).stdout
+    archived = (await cli("queues", "ls", "--state", "archived")).stdout
     assert [r[1] for r in rows(archived)[1:]] == ["training-h100"]
-    assert "active" in cli("queues", "unarchive", "training-h100").stdout
-    out = cli("queues", "rm", "training-h100").stdout
+    assert "active" in (await cli("queues", "unarchive", "training-h100")).stdout
+    out = (await cli("queues", "rm", "training-h100")).stdout
     assert out.strip() == "deleted queue 'training-h100' from namespace 'default'"
-    cli("queues", "show", "training-h100", expect=API_ERROR)
+    await cli("queues", "show", "training-h100", expect=API_ERROR)
 
 
-def test_events_are_a_table_and_verbose_adds_the_detail(cli):
-    cli("queues", "add", "q")
-    cli("queues", "patch", "q", "--description", "changed")
-    plain = rows(cli("queues", "events", "q").stdout)
+async def test_events_are_a_table_and_verbose_adds_the_detail(cli):
+    await cli("queues", "add", "q")
+    await cli("queues", "patch", "q", "--description", "changed")
+    plain = rows((await cli("queues", "events", "q")).stdout)
     assert plain[0] == ["TIME", "TYPE", "ACTOR"] and len(plain) >= 3
-    verbose = cli("queues", "events", "q", "--verbose", "--limit", "1").stdout
+    verbose = (await cli("queues", "events", "q", "--verbose", "--limit", "1")).stdout
     header, *lines = verbose.strip().splitlines()
     assert header.split() == ["TIME", "TYPE", "ACTOR", "DETAIL"] and len(lines) == 1
     assert "changed" in lines[0]
-    cli("queues", "events", "q", "--limit", "0", expect=USAGE)
+    await cli("queues", "events", "q", "--limit", "0", expect=USAGE)
 
 
-def test_namespaces_and_tokens(cli, control_plane):
-    cli("namespaces", "add", "bob", "--org", "acme")
-    assert ["bob", "acme"] in [r[:2] for r in rows(cli("namespaces", "ls").stdout)]
-    assert "org:" in cli("namespaces", "show", "bob").stdout
-    created = json.loads(cli("tokens", "create", "--description", "ci", "-n", "bob", "-o", "json").stdout)
-    listed = json.loads(cli("tokens", "ls", "-n", "bob", "-o", "json").stdout)["tokens"]
+async def test_namespaces_and_tokens(cli, control_plane):
+    await cli("namespaces", "add", "bob", "--org", "acme")
+    assert ["bob", "acme"] in [r[:2] for r in rows((await cli("namespaces", "ls")).stdout)]
+    assert "org:" in (await cli("namespaces", "show", "bob")).stdout
+    created = json.loads(
+        (await cli("tokens", "create", "--description", "ci", "-n", "bob", "-o", "json")).stdout
+    )
+    listed = json.loads((await cli("tokens", "ls", "-n", "bob", "-o", "json")).stdout)["tokens"]
     assert [t["id"] for t in listed] == [created["id"]]
-    assert "ci" in cli("tokens", "ls", "-n", "bob").stdout
-    bob = cli("queues", "ls", "--token", created["token"], "-n", "bob")
+    assert "ci" in (await cli("tokens", "ls", "-n", "bob")).stdout
+    bob = await cli("queues", "ls", "--token", created["token"], "-n", "bob")
     assert "default" in bob.stdout
-    cli("tokens", "revoke", created["id"], "-n", "bob")
-    result = cli("queues", "ls", "--token", created["token"], "-n", "bob", expect=API_ERROR)
+    await cli("tokens", "revoke", created["id"], "-n", "bob")
+    result = await cli("queues", "ls", "--token", created["token"], "-n", "bob", expect=API_ERROR)
     assert result.stderr.startswith("error: ")
 
 
@@ -221,6 +241,87 @@ def test_the_cli_never_imports_the_control_plane(isolated):
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+async def test_the_worked_example_of_the_spec(cli, control_plane):
+    await cli("queues", "add", "cpu-prep", "--kind", "fifo", "--elasticity", "fixed")
+    await cli("queues", "add", "training-h100", "--kind", "priority", "--elasticity", "fixed")
+    # Stands in for `daemon launch --count 4 --name prep` and `--count 2 --name train`.
+    for i in range(4):
+        await register(control_plane, f"prep-{i:02}", "cpu-prep")
+    for i in range(2):
+        await register(control_plane, f"train-{i:02}", "training-h100")
+
+    listed = {tuple(r[:5]) for r in rows((await cli("queues", "ls")).stdout)[1:]}
+    assert {
+        ("default", "default", "fifo", "active", "fixed"),
+        ("default", "cpu-prep", "fifo", "active", "fixed"),
+        ("default", "training-h100", "priority", "active", "fixed"),
+    } <= listed
+    active = {
+        tuple(r[:5]) for r in rows((await cli("queues", "ls", "--state", "active")).stdout)[1:]
+    }
+    assert active == listed
+
+    daemons = rows((await cli("daemon", "list")).stdout)
+    assert daemons[0][:4] == ["NAME", "ID", "STATUS", "QUEUES"]
+    by_name = {r[0]: r for r in daemons[1:]}
+    assert sorted(by_name) == ["prep-00", "prep-01", "prep-02", "prep-03", "train-00", "train-01"]
+    assert by_name["train-01"][3] == "[training-h100]"
+
+    shown = (await cli("queues", "show", "training-h100")).stdout
+    assert "kind:" in shown and "priority" in shown and "on_full:" in shown
+    members = shown.split("members: 2\n", 1)[1]
+    assert sorted(r[1] for r in rows(members)[1:]) == ["train-00", "train-01"]
+
+    stats = dict(
+        line.split(":", 1)
+        for line in (await cli("queues", "stats", "training-h100")).stdout.splitlines()
+    )
+    assert {k: stats[k].strip() for k in ("daemon_count", "utilization", "pending")} == {
+        "daemon_count": "2",
+        "utilization": "0.0",
+        "pending": "0",
+    }
+
+    # The example never creates `eval`; the membership route requires the queue to exist.
+    await cli("queues", "add", "eval")
+    updated = (await cli("daemon", "update", "train-00", "--add-queue", "eval")).stdout
+    assert "[training-h100, eval]" in updated
+    updated = (await cli("daemon", "update", "train-00", "--remove-queue", "eval")).stdout
+    assert "[training-h100]" in updated and "eval" not in updated
+
+    await cli("queues", "patch", "training-h100", "--max-depth", "1000", "--on-full", "reject")
+    await cli("queues", "patch", "training-h100", "--description", "h100 production")
+    row = await api_body(control_plane, "/v1/namespaces/default/queues/training-h100")
+    assert (row["max_depth"], row["on_full"], row["description"]) == (
+        1000,
+        "reject",
+        "h100 production",
+    )
+    assert (row["kind"], row["elasticity"]["kind"]) == ("priority", "fixed")
+
+
+async def test_daemon_show_spells_out_the_default_queue(cli, control_plane):
+    await register(control_plane, "scratch")
+    shown = (await cli("daemon", "show", "scratch")).stdout
+    assert "queues:" in shown and "[]  (the default queue)" in shown
+    body = json.loads((await cli("daemon", "show", "scratch", "-o", "json")).stdout)
+    assert body["queues"] == []
+    result = await cli("daemon", "update", "scratch", "--add-queue", "default", expect=API_ERROR)
+    assert result.stderr.startswith("error: ") and "default" in result.stderr
+    await cli("daemon", "update", "scratch", expect=USAGE)
+
+
+async def test_rm_refuses_a_queue_with_members_unless_forced(cli, control_plane):
+    await cli("queues", "add", "training-h100")
+    await register(control_plane, "train-00", "training-h100")
+    result = await cli("queues", "rm", "training-h100", expect=API_ERROR)
+    assert "still has 1 member(s) (train-00)" in result.stderr
+    out = (await cli("queues", "rm", "training-h100", "--force")).stdout
+    assert "removed it from [train-00]" in out
+    body = json.loads((await cli("daemon", "show", "train-00", "-o", "json")).stdout)
+    assert body["queues"] == []
 
 
 def _closed_port() -> int:

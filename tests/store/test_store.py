@@ -10,6 +10,7 @@ import pytest
 from msgspec.structs import replace
 
 from lakeshore import errors
+from lakeshore.errors import SchemaTooNew
 from lakeshore.model import (
     Elasticity,
     ElasticityKind,
@@ -23,7 +24,7 @@ from lakeshore.model import (
     WorkerStatus,
 )
 from lakeshore.store import Store, open_store
-from lakeshore.store.migrations import MIGRATIONS, SchemaTooNew, check_migrations
+from lakeshore.store.migrations import MIGRATIONS, check_migrations
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 
