@@ -55,7 +55,7 @@ def cell(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(cell(v) for v in value) + "]"
     if isinstance(value, dict):
-        return json.dumps(value, separators=(",", ":"), default=str)
+        return _json(value)
     return str(value)
 
 
@@ -156,8 +156,28 @@ def queue_events(events: list[QueueEvent], verbose: bool) -> str:
     headers = ("TIME", "TYPE", "ACTOR", *(("DETAIL",) if verbose else ()))
     return table(
         headers,
-        ((e.ts, e.type, e.actor or "system", *((e.detail,) if verbose else ())) for e in events),
+        (
+            (e.ts, e.type, e.actor or "system", *((_detail(e.detail),) if verbose else ()))
+            for e in events
+        ),
     )
+
+
+def _detail(detail: dict[str, Any] | None) -> str:
+    """An event's detail; a before/after pair of rows shrinks to the fields that changed."""
+    before, after = (detail or {}).get("before"), (detail or {}).get("after")
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return cell(detail)
+    changed = [
+        f"{k}: {_json(before.get(k))} -> {_json(v)}"
+        for k, v in after.items()
+        if before.get(k) != v and k != "updated_at"
+    ]
+    return "; ".join(changed) or "(no change)"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def queue_deleted(body: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ subclass the server named, rebuilt through :data:`~lakeshore.errors.ERRORS_BY_CO
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -69,6 +70,16 @@ def _error_from(status: int, raw: bytes, url: str) -> LakeshoreError:
         return LakeshoreError(f"http {status} from {url}: {excerpt or '(empty body)'}")
     cls = errors.ERRORS_BY_CODE.get(code) or _ERRORS_BY_STATUS.get(status, LakeshoreError)
     return cls.from_wire(message)
+
+
+def _reason(exc: aiohttp.ClientError) -> str:
+    """Why a connection failed, in a few words ("connection refused")."""
+    os_error = getattr(exc, "os_error", None)
+    if isinstance(os_error, OSError) and os_error.errno and os_error.errno > 0:
+        return os.strerror(os_error.errno).lower()
+    if isinstance(os_error, OSError) and os_error.strerror:
+        return os_error.strerror.lower()
+    return str(exc) or type(exc).__name__
 
 
 class Call(Generic[T]):
@@ -198,7 +209,7 @@ class Client:
             ) from None
         except aiohttp.ClientError as exc:
             raise errors.Unavailable(
-                f"cannot reach the lakeshore api at {self.api} ({exc}); start one with "
+                f"cannot reach the lakeshore api at {self.api} ({_reason(exc)}); start one with "
                 "`lakeshore server` or point --api (or LAKESHORE_API) at a running one"
             ) from None
         if not 200 <= status < 300:

@@ -1,55 +1,15 @@
-"""Every type that crosses a process boundary: rows, HTTP bodies and bus messages.
-
-Wire types evolve by adding defaulted fields at the end. Request bodies (``*Create``,
-``*Patch``, ``*Edit``) forbid unknown fields so that a typo is a 400, not a silent no-op.
-"""
+"""Queue rows, their elasticity object, stats, events and request bodies."""
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from lakeshore.errors import InvalidName
-
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
-NAME_MAX = 63
-_NAME_RE = re.compile(NAME_PATTERN)
-
-#: The reserved queue every namespace has without creating it.
-DEFAULT_QUEUE = "default"
-DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
-#: Priority levels of a ``priority`` queue: p0 … p9, 9 highest. ``fifo`` queues use p0 only.
-PRIORITY_LEVELS = 10
-
-
-def validate_name(what: str, value: str) -> str:
-    """Check a queue, namespace, org or pool name at the edge.
-
-    Names become NATS subject tokens and stream names, so they are restricted to
-    ``^[a-z0-9][a-z0-9-]*$`` and at most 63 characters.
-
-    Raises:
-        InvalidName: with what was wrong and the rule to follow.
-    """
-    if not value:
-        raise InvalidName(what, value, "it is empty")
-    if len(value) > NAME_MAX:
-        raise InvalidName(what, value, f"it has {len(value)} characters, at most {NAME_MAX}")
-    if not _NAME_RE.match(value):
-        raise InvalidName(
-            what, value, f"use lowercase letters, digits and '-', starting with a letter "
-            f"or digit ({NAME_PATTERN})"
-        )
-    return value
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
+from lakeshore.model.names import Name, NonNegFloat, NonNegInt
+from lakeshore.model.workers import Member
 
 
 class QueueKind(StrEnum):
@@ -88,26 +48,6 @@ class ElasticityKind(StrEnum):
     BURST = "burst"
     #: like elastic, but scales to zero when idle
     FULLY_ELASTIC = "fully_elastic"
-
-
-class WorkerStatus(StrEnum):
-    #: launched, not yet heartbeating
-    STARTING = "starting"
-    #: heartbeating, nothing running
-    IDLE = "idle"
-    #: running an invocation
-    BUSY = "busy"
-    #: no heartbeat for lost_after_s
-    LOST = "lost"
-    #: finishing its current invocation, then exiting
-    RETIRING = "retiring"
-    #: exited
-    STOPPED = "stopped"
-
-
-NonNegInt = Annotated[int, Meta(ge=0)]
-NonNegFloat = Annotated[float, Meta(ge=0)]
-Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 
 
 class Elasticity(Struct, frozen=True, kw_only=True):
@@ -152,17 +92,6 @@ class Queue(Struct, frozen=True, kw_only=True):
     updated_at: datetime
 
 
-class Member(Struct, frozen=True, kw_only=True):
-    """A worker pulling from a queue right now, as shown by ``queues show``."""
-
-    id: str
-    name: str
-    status: WorkerStatus
-    queues: list[str]
-    current: str | None = None
-    last_heartbeat: datetime | None = None
-
-
 class QueueDetail(Queue, frozen=True, kw_only=True):
     """A queue row with the workers pulling from it."""
 
@@ -202,58 +131,6 @@ class QueueEvent(Struct, frozen=True, kw_only=True):
     detail: dict[str, Any] | None = None
 
 
-class Worker(Struct, frozen=True, kw_only=True):
-    """A daemon's row. ``queues == []`` is the default queue."""
-
-    id: str
-    name: str
-    namespace: str
-    queues: list[str] = []
-    labels: dict[str, str] = {}
-    provider: str = "external"
-    managed: bool = False
-    status: WorkerStatus = WorkerStatus.STARTING
-    current: str | None = None
-    last_heartbeat: datetime | None = None
-    started_at: datetime
-
-
-class Namespace(Struct, frozen=True, kw_only=True):
-    name: str
-    org: str
-    created_at: datetime
-
-
-class Token(Struct, frozen=True, kw_only=True):
-    """A token as listed: its hash is never shown."""
-
-    id: str
-    #: the namespace it was issued for; null for the admin token
-    namespace: str | None
-    description: str = ""
-    #: admin tokens authorise every namespace of every org
-    admin: bool = False
-    created_at: datetime
-
-
-class TokenCreated(Token, frozen=True, kw_only=True):
-    """Answer to a token creation: the only time the secret is shown."""
-
-    token: str
-
-
-class ErrorDetail(Struct, frozen=True):
-    code: str
-    message: str
-
-
-class ErrorBody(Struct, frozen=True):
-    error: ErrorDetail
-
-
-# ---- request bodies -------------------------------------------------------------------
-
-
 class QueueCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
     kind: QueueKind = QueueKind.FIFO
@@ -273,30 +150,3 @@ class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: present only to answer a clear 400: a queue's kind is immutable
     kind: Any = UNSET
     name: Any = UNSET
-
-
-class MembershipEdit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    add: list[str] = []
-    remove: list[str] = []
-
-
-class NamespaceCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: str
-    #: defaults to the org of the calling token (``default`` for the admin token)
-    org: str | None = None
-
-
-class TokenCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    description: str = ""
-
-
-class WorkerRegister(Struct, frozen=True, kw_only=True):
-    """A daemon announcing itself (launched daemons carry the id they were given)."""
-
-    namespace: str
-    name: str
-    id: str | None = None
-    queues: list[str] = []
-    labels: dict[str, str] = {}
-    provider: str = "external"
-    managed: bool = False

@@ -1,0 +1,67 @@
+"""Worker (daemon) rows and membership edits. ``queues == []`` is the default queue."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from msgspec import Struct
+
+
+class WorkerStatus(StrEnum):
+    #: launched, not yet heartbeating
+    STARTING = "starting"
+    #: heartbeating, nothing running
+    IDLE = "idle"
+    #: running an invocation
+    BUSY = "busy"
+    #: no heartbeat for lost_after_s
+    LOST = "lost"
+    #: finishing its current invocation, then exiting
+    RETIRING = "retiring"
+    #: exited
+    STOPPED = "stopped"
+
+
+class Member(Struct, frozen=True, kw_only=True):
+    """A worker pulling from a queue right now, as shown by ``queues show``."""
+
+    id: str
+    name: str
+    status: WorkerStatus
+    queues: list[str]
+    current: str | None = None
+    last_heartbeat: datetime | None = None
+
+
+class Worker(Struct, frozen=True, kw_only=True):
+    """A daemon's row. ``queues == []`` is the default queue."""
+
+    id: str
+    name: str
+    namespace: str
+    queues: list[str] = []
+    labels: dict[str, str] = {}
+    provider: str = "external"
+    managed: bool = False
+    status: WorkerStatus = WorkerStatus.STARTING
+    current: str | None = None
+    last_heartbeat: datetime | None = None
+    started_at: datetime
+
+
+class MembershipEdit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    add: list[str] = []
+    remove: list[str] = []
+
+
+class WorkerRegister(Struct, frozen=True, kw_only=True):
+    """A daemon announcing itself (launched daemons carry the id they were given)."""
+
+    namespace: str
+    name: str
+    id: str | None = None
+    queues: list[str] = []
+    labels: dict[str, str] = {}
+    provider: str = "external"
+    managed: bool = False
