@@ -11,19 +11,14 @@ from msgspec import Meta, Struct
 from lakeshore.errors import InvalidName
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
-
 NAME_MAX = 63
-
 _NAME_RE = re.compile(NAME_PATTERN)
 
 #: The reserved queue every namespace has without creating it.
-
 DEFAULT_QUEUE = "default"
-
 DEFAULT_QUEUE_DESCRIPTION = "Default queue (auto-created). Cannot be archived or deleted."
 
 #: Priority levels of a ``priority`` queue: p0 … p9, 9 highest. ``fifo`` queues use p0 only.
-
 PRIORITY_LEVELS = 10
 
 
