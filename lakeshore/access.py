@@ -65,8 +65,9 @@ async def issue_token(
 
 
 async def create_namespace(store: Store, name: str, org: str) -> Namespace:
-    ns = Namespace(name=validate_name("namespace", name), org=validate_name("org", org),
-                   created_at=now())
+    ns = Namespace(
+        name=validate_name("namespace", name), org=validate_name("org", org), created_at=now()
+    )
     await store.insert_namespace(ns)
     log.info("namespace %s created in org %s", name, org)
     return ns
@@ -127,7 +128,6 @@ def visible_org(caller: Caller, requested: str | None) -> str:
     org = requested or caller.org or DEFAULT_ORG
     if caller.org is not None and org != caller.org:
         raise Forbidden(
-            f"this token belongs to org {caller.org!r}; it cannot create namespaces in org "
-            f"{org!r}"
+            f"this token belongs to org {caller.org!r}; it cannot create namespaces in org {org!r}"
         )
     return org

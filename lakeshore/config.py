@@ -168,14 +168,17 @@ def load_client_settings(
         merged.update((k, v) for k, v in layer.items() if v is not UNSET)
     merged.pop("nats_url", None)
     settings = _convert(merged, ClientSettings, "client settings")
-    return msgspec.structs.replace(settings, api=settings.api.rstrip("/"))
+    # An empty token (a server that had none to write) means no credentials.
+    return msgspec.structs.replace(
+        settings, api=settings.api.rstrip("/"), token=settings.token or None
+    )
 
 
 def _client_files(env: Mapping[str, str], cwd: Path) -> list[Path]:
     """Existing client config files, highest precedence first."""
     files = []
     if named := env.get("LAKESHORE_CONFIG"):
-        path = Path(named)
+        path = cwd / named  # an absolute name stays as it is
         if not path.is_file():
             raise Invalid(
                 f"LAKESHORE_CONFIG names {path}, which does not exist; fix the path or unset it"

@@ -71,8 +71,9 @@ def find_nats_server() -> Path:
 def parse_version(text: str) -> tuple[int, int, int]:
     """Read the first ``MAJOR.MINOR.PATCH`` in ``text``.
 
-    Accepts ``"2.14.0"``, ``"v2.9.10"``, ``"nats-server: v2.14.0"``; a pre-release suffix is
-    ignored (``"2.12.0-RC.1"`` reads as 2.12.0).
+    Accepts ``"2.14.0"``, ``"v2.9.10"``, ``"nats-server: v2.14.0"`` (``--version``) and
+    ``"<nats server v2.14.0>"`` (``str(nc.connected_server_version)`` in nats-py 2.16); a
+    pre-release suffix is ignored (``"2.12.0-RC.1"`` reads as 2.12.0).
 
     Raises:
         Invalid: if ``text`` holds no version.

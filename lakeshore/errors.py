@@ -132,8 +132,7 @@ class ReservedName(Conflict):
     def __init__(self, name: str, action: str) -> None:
         self.name, self.action = name, action
         super().__init__(
-            f"queue {name!r} is reserved: it cannot be {action} "
-            "(the default queue always exists)"
+            f"queue {name!r} is reserved: it cannot be {action} (the default queue always exists)"
         )
 
 

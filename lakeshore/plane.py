@@ -50,7 +50,8 @@ class ControlPlane:
         try:
             if not self.settings.nats_url:
                 self.nats = NatsServer(
-                    self.data_dir / "nats", port=self.settings.nats_port,
+                    self.data_dir / "nats",
+                    port=self.settings.nats_port,
                     server_name="lakeshore-embedded",
                 )
                 await self.nats.start()
@@ -60,8 +61,7 @@ class ControlPlane:
             self.admin_token = await access.bootstrap(self.store)
             self.workers = await self.runtime.spawn(WorkerRegistry(self.store))
             self.directory = await self.runtime.spawn(
-                QueueDirectory(self.runtime, store=self.store, bus=self.bus,
-                               workers=self.workers)
+                QueueDirectory(self.runtime, store=self.store, bus=self.bus, workers=self.workers)
             )
         except BaseException:
             await self.stop()
@@ -89,7 +89,10 @@ class ControlPlane:
         if token is None and path.exists():
             token = read_toml(path).get("token")
         write_client_config(
-            path, api=self.api, token=token or "", namespace=access.DEFAULT_NAMESPACE,
+            path,
+            api=self.api,
+            token=token or "",
+            namespace=access.DEFAULT_NAMESPACE,
             nats_url=self.nats_url,
         )
         return path

@@ -135,3 +135,18 @@ def old_nats_server_binary() -> Path:
 # ---------------------------------------------------------------------------------------------
 # end of the NATS fixtures
 # ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# Control plane: a real ControlPlane on a real port against the session NATS (tests/support.py)
+#   plane_factory, control_plane, api, plane, admin_token_id, js, register
+# ---------------------------------------------------------------------------------------------
+from support import (  # noqa: E402,F401
+    admin_token_id,
+    api,
+    control_plane,
+    js,
+    plane,
+    plane_factory,
+    register,
+)

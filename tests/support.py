@@ -33,7 +33,12 @@ class Api:
         await self._session.close()
 
     async def request(
-        self, method: str, path: str, *, json: Any = None, data: bytes | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        data: bytes | None = None,
         token: Any = _DEFAULT,
     ) -> tuple[int, Any]:
         token = self.token if token is _DEFAULT else token
@@ -43,8 +48,7 @@ class Api:
         if data is not None:
             headers["Content-Type"] = "application/json"
         body = io.BytesIO(data) if data is not None else None
-        async with self._session.request(method, self.base + path, data=body,
-                                         headers=headers) as r:
+        async with self._session.request(method, self.base + path, data=body, headers=headers) as r:
             raw = await r.read()
             return r.status, (msgspec.json.decode(raw) if raw else None)
 
@@ -96,8 +100,9 @@ async def plane_factory(nats_server, tmp_path: Path):
 
     async def start(data_dir: Path | None = None) -> PlaneHandle:
         data_dir = data_dir or tmp_path / f"plane-{next(counter)}"
-        settings = ServerSettings(data_dir=data_dir, host="127.0.0.1", port=0,
-                                  nats_url=nats_server.url)
+        settings = ServerSettings(
+            data_dir=data_dir, host="127.0.0.1", port=0, nats_url=nats_server.url
+        )
         plane = ControlPlane(settings)
         await plane.start()
         await plane.serve()
@@ -165,8 +170,12 @@ async def register(control_plane: PlaneHandle):
     """Register a worker row as a daemon would: ``await register(name, queues=[...])``."""
     plane = control_plane.plane
 
-    async def make(name: str, queues: list[str] | None = None, namespace: str = "default",
-                   status: WorkerStatus | None = None) -> Worker:
+    async def make(
+        name: str,
+        queues: list[str] | None = None,
+        namespace: str = "default",
+        status: WorkerStatus | None = None,
+    ) -> Worker:
         reg = WorkerRegister(namespace=namespace, name=name, queues=queues or [])
         worker: Worker = await plane.workers.ask(Register(reg))
         if status is not None:

@@ -209,6 +209,13 @@ def test_client_api_loses_its_trailing_slash(tmp_path: Path) -> None:
     assert settings.api == "http://h:1"
 
 
+def test_client_empty_token_in_file_means_none(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    write_client_config(path, api="http://h:1", token="", namespace="ns")
+    settings = load_client_settings({}, env={"LAKESHORE_CONFIG": str(path), "HOME": "/none"})
+    assert settings.token is None
+
+
 def test_client_missing_lakeshore_config_file_is_an_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     with pytest.raises(Invalid, match="LAKESHORE_CONFIG names .*nope.toml, which does not exist"):

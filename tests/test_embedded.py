@@ -27,8 +27,12 @@ NatsServerFactory = Callable[..., Awaitable[NatsServer]]
 
 
 def _client_version(nc: nats.NATS) -> tuple[int, int, int]:
+    # nats-py 2.16 has no public INFO dict; its ServerVersion has no __str__, so str() is
+    # the repr "<nats server v2.14.0>", which the bus hands to parse_version.
+    version = parse_version(str(nc.connected_server_version))
     v = nc.connected_server_version
-    return v.major, v.minor, v.patch
+    assert version == (v.major, v.minor, v.patch)
+    return version
 
 
 async def _listening_url(output: asyncio.StreamReader) -> str:
@@ -50,6 +54,7 @@ def _assert_pid_gone(pid: int) -> None:
         ("v2.9.10", (2, 9, 10)),
         ("nats-server: v2.14.0\n", (2, 14, 0)),
         ("2.12.0-RC.1", (2, 12, 0)),
+        ("<nats server v2.10.26>", (2, 10, 26)),
     ],
 )
 def test_parse_version_reads_plain_prefixed_and_cli_output(
@@ -208,20 +213,19 @@ async def test_output_is_drained_after_ready(
     nats_server_factory: NatsServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="lakeshore.embedded")
-    # -V traces every protocol line: far more than a pipe buffer (64 KiB) in this test, so
-    # the server would stall on a write if nobody read its output.
+    # -V traces every payload: 4 MB here, more than the pipe (64 KiB) plus what asyncio
+    # buffers unread (2 x the 1 MiB line limit), so an undrained server stalls on a write.
     server = await nats_server_factory(extra_args=["-V"])
     nc = await nats.connect(server.url, allow_reconnect=False)
     try:
         async with asyncio.timeout(30):
-            for _ in range(20):
-                for _ in range(100):
-                    await nc.publish("load.x", b"x" * 200)
+            for _ in range(40):
+                await nc.publish("load.x", b"x" * 100_000)
                 await nc.flush()
     finally:
         await nc.close()
     traced = [r for r in caplog.records if "[TRC]" in r.getMessage()]
-    assert sum(len(r.getMessage()) for r in traced) > 1 << 16
+    assert sum(len(r.getMessage()) for r in traced) > 3 * (1 << 20)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")

@@ -10,8 +10,10 @@ async def test_restart_keeps_rows_states_and_streams(plane_factory, js):
     async with first.client() as api:
         await api.post("/v1/namespaces", {"name": "bob", "org": "acme"})
         token = (await api.post("/v1/namespaces/bob/tokens", {}))[1]["token"]
-        await api.post("/v1/namespaces/bob/queues", {"name": "training-h100",
-                                                     "kind": "priority", "max_depth": 7})
+        await api.post(
+            "/v1/namespaces/bob/queues",
+            {"name": "training-h100", "kind": "priority", "max_depth": 7},
+        )
         await api.post("/v1/namespaces/bob/queues", {"name": "eval"})
         await api.post("/v1/namespaces/bob/queues/eval/drain")
         await api.post("/v1/namespaces/bob/queues", {"name": "old"})
@@ -27,8 +29,12 @@ async def test_restart_keeps_rows_states_and_streams(plane_factory, js):
         after = (await api.get("/v1/namespaces/bob/queues"))[1]
         assert after == before
         states = {q["name"]: q["state"] for q in after["queues"]}
-        assert states == {"default": "active", "training-h100": "active",
-                          "eval": "draining", "old": "archived"}
+        assert states == {
+            "default": "active",
+            "training-h100": "active",
+            "eval": "draining",
+            "old": "archived",
+        }
         stats = (await api.get("/v1/namespaces/bob/queues/training-h100/stats"))[1]
         assert stats["pending"] == 1
         status, _ = await api.request("GET", "/v1/namespaces/bob/queues", token=token)

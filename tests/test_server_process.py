@@ -42,8 +42,16 @@ class Server:
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            LAKESHORE, "server", "--data-dir", str(self.data_dir), "--port", "0",
-            "--nats-port", "0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            LAKESHORE,
+            "server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            "0",
+            "--nats-port",
+            "0",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         async with asyncio.timeout(30):
             while True:
@@ -73,9 +81,10 @@ class Server:
 
 
 async def _call(api: str, token: str, method: str, path: str, json=None) -> tuple[int, dict]:
-    async with aiohttp.ClientSession() as s, s.request(
-        method, api + path, json=json, headers={"Authorization": f"Bearer {token}"}
-    ) as r:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.request(method, api + path, json=json, headers={"Authorization": f"Bearer {token}"}) as r,
+    ):
         return r.status, await r.json()
 
 
@@ -90,11 +99,11 @@ async def test_server_bootstraps_serves_and_shuts_down_with_its_nats(tmp_path):
         assert (server.data_dir / "lakeshore.duckdb").exists()
         status, body = await _call(server.api, "", "GET", "/v1/healthz")
         assert status == 200
-        status, body = await _call(server.api, config["token"], "POST",
-                                   "/v1/namespaces/default/queues", {"name": "kept"})
+        status, body = await _call(
+            server.api, config["token"], "POST", "/v1/namespaces/default/queues", {"name": "kept"}
+        )
         assert status == 201
-        await _call(server.api, config["token"], "POST",
-                    "/v1/namespaces/default/queues/kept/drain")
+        await _call(server.api, config["token"], "POST", "/v1/namespaces/default/queues/kept/drain")
         nats_children = _children(server.proc.pid)
         assert len(nats_children) == 1
     finally:

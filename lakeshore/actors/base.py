@@ -103,8 +103,9 @@ class ActorRef(Generic[M]):
                     _settle(env, error=Internal(f"{self.actor_name} failed; see the server log"))
                     self.restarts += 1
                     if self.restarts > MAX_RESTARTS:
-                        log.error("%s restarted %d times; stopping it", self.actor_name,
-                                  self.restarts - 1)
+                        log.error(
+                            "%s restarted %d times; stopping it", self.actor_name, self.restarts - 1
+                        )
                         return
                     await actor.started()
                 else:

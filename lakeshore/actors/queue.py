@@ -107,8 +107,9 @@ class QueueActor(Actor[QueueMsg]):
         assert old is not None
         if patch.kind is not UNSET:
             raise ImmutableField(
-                "kind", f"queue {old.name!r} is {old.kind.value}; a queue's kind is fixed at "
-                "creation — create a new queue with the kind you need"
+                "kind",
+                f"queue {old.name!r} is {old.kind.value}; a queue's kind is fixed at "
+                "creation — create a new queue with the kind you need",
             )
         if patch.name is not UNSET:
             raise ImmutableField("name", "create a queue with the new name instead")
@@ -155,7 +156,10 @@ class QueueActor(Actor[QueueMsg]):
         await self._bus.delete_queue(self._ns, old.name)
         await self._store.delete_queue(self._ns, old.name)
         await self._store.append_queue_event(
-            self._ns, old.name, "deleted", actor,
+            self._ns,
+            old.name,
+            "deleted",
+            actor,
             {"before": row_dict(old), "scrubbed": [w.name for w in members], "force": force},
         )
         log.info("queue %s/%s deleted (force=%s)", self._ns, old.name, force)

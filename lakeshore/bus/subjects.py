@@ -35,6 +35,28 @@ def submit_subject(namespace: str, queue: str) -> str:
     return f"ls.{namespace}.submit.{queue}"
 
 
+def nudge_subject(namespace: str, queue: str) -> str:
+    """Core-NATS wake-up for idle daemons after work was admitted to ``queue``."""
+    return f"ls.{namespace}.nudge.{queue}"
+
+
+def register_subject(namespace: str) -> str:
+    """Request/reply: a daemon announces itself (``WorkerRegister`` → ``Worker``)."""
+    return f"ls.{namespace}.register"
+
+
+def heartbeat_wildcard() -> str:
+    return "ls.*.hb.*"
+
+
+def register_wildcard() -> str:
+    return "ls.*.register"
+
+
+def submit_wildcard() -> str:
+    return "ls.*.submit.*"
+
+
 def heartbeat_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.hb.{worker_id}"
 
@@ -47,5 +69,12 @@ def daemon_control_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.daemon.{worker_id}.ctl"
 
 
-#: KV bucket with invocation results, key ``<ns>.<invocation-id>``.
+#: KV bucket with invocation results.
 RESULTS_BUCKET = "LS_RESULTS"
+#: Durable consumer of the events stream that the Recorder pulls from.
+RECORDER_CONSUMER = "recorder"
+
+
+def result_key(namespace: str, invocation_id: str, epoch: int) -> str:
+    """Results are keyed per attempt, so a stale attempt never overwrites the accepted one."""
+    return f"{namespace}.{invocation_id}.{epoch}"

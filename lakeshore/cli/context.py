@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,6 +20,9 @@ from lakeshore.cli import output
 from lakeshore.cli.exits import ApiError
 from lakeshore.errors import LakeshoreError
 from lakeshore.sdk import Call, Client
+
+if TYPE_CHECKING:
+    from lakeshore.config import ClientSettings
 
 T = TypeVar("T")
 
@@ -77,7 +80,7 @@ class LakeshoreGroup(click.Group):
             raise ApiError(err) from None
 
 
-def settings() -> Any:
+def settings() -> ClientSettings:
     """The client settings of the current invocation (flags, then env, then config file)."""
     from lakeshore.config import load_client_settings
 

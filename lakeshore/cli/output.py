@@ -71,9 +71,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def block(pairs: Iterable[tuple[str, Any]]) -> str:
     """``key: value`` lines with the values aligned."""
-    pairs = [(k, cell(v)) for k, v in pairs]
-    width = max(len(k) for k, _ in pairs) + 1
-    return "\n".join(f"{k + ':':<{width}} {v}".rstrip() for k, v in pairs)
+    texts = [(k, cell(v)) for k, v in pairs]
+    width = max(len(k) for k, _ in texts) + 1
+    return "\n".join(f"{k + ':':<{width}} {v}".rstrip() for k, v in texts)
 
 
 def _elasticity(e: Elasticity) -> str:
@@ -84,15 +84,7 @@ def _elasticity(e: Elasticity) -> str:
 
 # ---- queues ---------------------------------------------------------------------------
 
-_QUEUE_COLUMNS = (
-    "NAMESPACE",
-    "NAME",
-    "KIND",
-    "STATE",
-    "ELASTICITY",
-    "MAX_DEPTH",
-    "DESCRIPTION",
-)
+_QUEUE_COLUMNS = ("NAMESPACE", "NAME", "KIND", "STATE", "ELASTICITY", "MAX_DEPTH", "DESCRIPTION")
 
 
 def queues(rows: list[Queue]) -> str:
@@ -118,34 +110,18 @@ def queue(q: Queue) -> str:
 
 
 def queue_detail(q: QueueDetail) -> str:
-    """The full row, the elasticity object indented, then the members as a sub-table."""
-    e = msgspec.structs.asdict(q.elasticity)
-    head = block(
-        [
-            ("name", q.name),
-            ("namespace", q.namespace),
-            ("kind", q.kind),
-            ("state", q.state),
-            ("description", q.description),
-            ("max_depth", q.max_depth),
-            ("on_full", q.on_full),
-            ("created_at", q.created_at),
-            ("updated_at", q.updated_at),
-            ("elasticity", ""),
-        ]
-    )
+    """The row as ``key: value``, its elasticity object indented, then the members."""
+    row = msgspec.structs.asdict(q)
+    elasticity = msgspec.structs.asdict(row.pop("elasticity"))
+    del row["members"]
+    lines = [block([*row.items(), ("elasticity", "")]), _indent(block(elasticity.items()))]
+    if not q.members:
+        return "\n".join([*lines, "members: (none)"])
     members = table(
         ("ID", "NAME", "STATUS", "QUEUES", "CURRENT", "LAST_HEARTBEAT"),
         ((m.id, m.name, m.status, m.queues, m.current, m.last_heartbeat) for m in q.members),
     )
-    return "\n".join(
-        [
-            head,
-            _indent(block(e.items())),
-            f"members: {len(q.members)}" if q.members else "members: (none)",
-            *([_indent(members)] if q.members else []),
-        ]
-    )
+    return "\n".join([*lines, f"members: {len(q.members)}", _indent(members)])
 
 
 def queue_stats(s: QueueStats) -> str:
@@ -168,12 +144,24 @@ def _detail(detail: dict[str, Any] | None) -> str:
     before, after = (detail or {}).get("before"), (detail or {}).get("after")
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return cell(detail)
+    old, new = _flat(before), _flat(after)
     changed = [
-        f"{k}: {_json(before.get(k))} -> {_json(v)}"
-        for k, v in after.items()
-        if before.get(k) != v and k != "updated_at"
+        f"{k}: {_json(old.get(k))} -> {_json(new.get(k))}"
+        for k in dict.fromkeys([*old, *new])
+        if old.get(k) != new.get(k) and k != "updated_at"
     ]
     return "; ".join(changed) or "(no change)"
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested objects as dotted keys: ``{"elasticity.max": 4, …}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
 
 
 def _json(value: Any) -> str:

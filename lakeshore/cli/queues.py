@@ -17,45 +17,45 @@ from lakeshore.model import ElasticityKind, OnFull, QueueCreate, QueueKind, Queu
 _ON_FULL = click.Choice([s.value for s in OnFull])
 
 
-class _DepthOrNone(click.ParamType):
-    """A positive integer, or ``none`` for no bound (converted to ``UNBOUNDED``)."""
-
-    name = "N|none"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None):
-        if isinstance(value, int) or str(value).lower() != "none":
-            return click.IntRange(min=1).convert(value, param, ctx)
-        return UNBOUNDED
-
-
 #: ``--max-depth none``: remove the bound (sent as ``"max_depth": null``).
 UNBOUNDED = "none"
 
 
+class _DepthOrNone(click.ParamType):
+    """A positive integer, or ``none`` (converted to :data:`UNBOUNDED`)."""
+
+    name = "N|none"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | str:
+        if str(value).lower() == UNBOUNDED:
+            return UNBOUNDED
+        return click.IntRange(min=1).convert(value, param, ctx)
+
+
+#: Flags that are fields of the elasticity object; the server merges them into the rest.
+_SCALING_OPTIONS = [
+    click.option("--min", type=click.IntRange(min=0), help="Fewest managed daemons."),
+    click.option("--max", type=click.IntRange(min=0), help="Most managed daemons."),
+    click.option("--provider", metavar="P", help="Provider the controller launches on."),
+    click.option(
+        "--target-pending",
+        type=click.IntRange(min=1),
+        help="Pending + running invocations one daemon is sized for.",
+    ),
+]
+
+
 def _scaling_options(f: Any) -> Any:
-    """``--min/--max/--provider/--target-pending``: fields of the elasticity object."""
-    for opt in reversed(
-        [
-            click.option(
-                "--min", "min_", type=click.IntRange(min=0), help="Fewest managed daemons."
-            ),
-            click.option("--max", "max_", type=click.IntRange(min=0), help="Most managed daemons."),
-            click.option("--provider", metavar="P", help="Provider the controller launches on."),
-            click.option(
-                "--target-pending",
-                type=click.IntRange(min=1),
-                help="Pending + running invocations one daemon is sized for.",
-            ),
-        ]
-    ):
-        f = opt(f)
+    for option in reversed(_SCALING_OPTIONS):
+        f = option(f)
     return f
 
 
 def _elasticity(**fields: Any) -> dict[str, Any]:
-    """The partial elasticity object of the given scaling flags."""
-    names = {"min_": "min", "max_": "max"}
-    return {names.get(k, k): v for k, v in fields.items() if v is not None}
+    """The partial elasticity object of the scaling flags that were given."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 @click.group(cls=LakeshoreGroup)

@@ -22,8 +22,9 @@ class Health(Struct, frozen=True):
     version: str
 
 
-@routes.route("GET", "/v1/healthz", "Ready: NATS connected and the store open",
-              answer=Health, public=True)
+@routes.route(
+    "GET", "/v1/healthz", "Ready: NATS connected and the store open", answer=Health, public=True
+)
 async def healthz(request: web.Request) -> web.Response:
     plane = request.app[PLANE]
     if not plane.bus.connected:
@@ -38,8 +39,14 @@ async def openapi(request: web.Request) -> web.Response:
 
 OPENAPI: web.AppKey[dict[str, Any]] = web.AppKey("openapi")
 
-_ERROR_STATUSES = {"400": "invalid input", "401": "no or bad token", "403": "other org",
-                   "404": "not found", "409": "state conflict", "503": "NATS unavailable"}
+_ERROR_STATUSES = {
+    "400": "invalid input",
+    "401": "no or bad token",
+    "403": "other org",
+    "404": "not found",
+    "409": "state conflict",
+    "503": "NATS unavailable",
+}
 
 
 def build_openapi(docs: list[RouteDoc]) -> dict[str, Any]:
@@ -53,15 +60,21 @@ def build_openapi(docs: list[RouteDoc]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for d in docs:
         op: dict[str, Any] = {"summary": d.summary, "responses": {}}
-        params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
-                  for p in _path_params(d.path)]
-        params += [{"name": q, "in": "query", "required": False, "schema": {"type": "string"}}
-                   for q in d.query]
+        params = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "string"}}
+            for p in _path_params(d.path)
+        ]
+        params += [
+            {"name": q, "in": "query", "required": False, "schema": {"type": "string"}}
+            for q in d.query
+        ]
         if params:
             op["parameters"] = params
         if d.body is not None:
-            op["requestBody"] = {"required": True,
-                                 "content": {"application/json": {"schema": ref[d.body]}}}
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": ref[d.body]}},
+            }
         answer: dict[str, Any] = {"description": "success"}
         if d.answer is not None:
             answer["content"] = {"application/json": {"schema": ref[d.answer]}}

@@ -23,8 +23,14 @@ class TokenList(Struct, frozen=True):
     tokens: list[Token]
 
 
-@routes.route("POST", "/v1/namespaces", "Create a namespace in an org", body=NamespaceCreate,
-              answer=Namespace, status=201)
+@routes.route(
+    "POST",
+    "/v1/namespaces",
+    "Create a namespace in an org",
+    body=NamespaceCreate,
+    answer=Namespace,
+    status=201,
+)
 async def create(request: web.Request) -> web.Response:
     body = await decode_body(request, NamespaceCreate)
     org = access.visible_org(caller(request), body.org)
@@ -32,8 +38,7 @@ async def create(request: web.Request) -> web.Response:
     return reply(ns, status=201)
 
 
-@routes.route("GET", "/v1/namespaces", "The namespaces this token may use",
-              answer=NamespaceList)
+@routes.route("GET", "/v1/namespaces", "The namespaces this token may use", answer=NamespaceList)
 async def list_namespaces(request: web.Request) -> web.Response:
     rows = await request.app[PLANE].store.list_namespaces(caller(request).org)
     return reply(NamespaceList(rows))
@@ -44,8 +49,14 @@ async def show(request: web.Request) -> web.Response:
     return reply(await namespace(request))
 
 
-@routes.route("POST", "/v1/namespaces/{ns}/tokens", "Issue a token (shown once)",
-              body=TokenCreate, answer=TokenCreated, status=201)
+@routes.route(
+    "POST",
+    "/v1/namespaces/{ns}/tokens",
+    "Issue a token (shown once)",
+    body=TokenCreate,
+    answer=TokenCreated,
+    status=201,
+)
 async def create_token(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, TokenCreate)
@@ -53,8 +64,7 @@ async def create_token(request: web.Request) -> web.Response:
     return reply(token, status=201)
 
 
-@routes.route("GET", "/v1/namespaces/{ns}/tokens", "The namespace's live tokens",
-              answer=TokenList)
+@routes.route("GET", "/v1/namespaces/{ns}/tokens", "The namespace's live tokens", answer=TokenList)
 async def list_tokens(request: web.Request) -> web.Response:
     ns = await namespace(request)
     return reply(TokenList(await request.app[PLANE].store.list_tokens(ns.name)))

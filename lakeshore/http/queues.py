@@ -64,8 +64,9 @@ async def create(request: web.Request) -> web.Response:
     return reply(row, status=201)
 
 
-@routes.route("GET", BASE, "List the queues of every namespace in the org", answer=QueueList,
-              query=("state",))
+@routes.route(
+    "GET", BASE, "List the queues of every namespace in the org", answer=QueueList, query=("state",)
+)
 async def list_queues(request: web.Request) -> web.Response:
     ns = await namespace(request)
     state = _state_filter(request.query.get("state"))
@@ -93,16 +94,27 @@ async def show(request: web.Request) -> web.Response:
     detail = QueueDetail(
         **msgspec.structs.asdict(row),
         members=[
-            Member(id=w.id, name=w.name, status=w.status, queues=w.queues, current=w.current,
-                   last_heartbeat=w.last_heartbeat)
+            Member(
+                id=w.id,
+                name=w.name,
+                status=w.status,
+                queues=w.queues,
+                current=w.current,
+                last_heartbeat=w.last_heartbeat,
+            )
             for w in members
         ],
     )
     return reply(detail)
 
 
-@routes.route("PATCH", BASE + "/{name}", "Change description, admission or elasticity",
-              body=QueuePatch, answer=Queue)
+@routes.route(
+    "PATCH",
+    BASE + "/{name}",
+    "Change description, admission or elasticity",
+    body=QueuePatch,
+    answer=Queue,
+)
 async def patch(request: web.Request) -> web.Response:
     _, ref = await _queue_ref(request)
     body = await decode_body(request, QueuePatch)
@@ -121,8 +133,13 @@ _transition("archive", "Soft-delete: keep the row, admit nothing")
 _transition("unarchive", "Back to active (reverses drain and archive)")
 
 
-@routes.route("DELETE", BASE + "/{name}", "Hard delete (?force=true scrubs members first)",
-              answer=Deleted, query=("force",))
+@routes.route(
+    "DELETE",
+    BASE + "/{name}",
+    "Hard delete (?force=true scrubs members first)",
+    answer=Deleted,
+    query=("force",),
+)
 async def remove(request: web.Request) -> web.Response:
     ns = await namespace(request)
     name = _name(request)
@@ -141,8 +158,13 @@ def _flag(request: web.Request, key: str) -> bool:
     return raw in ("true", "1", "")
 
 
-@routes.route("GET", BASE + "/{name}/events", "Recorded changes and decisions, newest first",
-              answer=EventList, query=("verbose", "limit"))
+@routes.route(
+    "GET",
+    BASE + "/{name}/events",
+    "Recorded changes and decisions, newest first",
+    answer=EventList,
+    query=("verbose", "limit"),
+)
 async def events(request: web.Request) -> web.Response:
     ns, ref = await _queue_ref(request)
     row: Queue = await ref.ask(GetQueue())
@@ -165,8 +187,7 @@ def _limit(raw: str | None) -> int:
     return limit
 
 
-@routes.route("GET", BASE + "/{name}/stats", "Daemons, utilisation and backlog",
-              answer=QueueStats)
+@routes.route("GET", BASE + "/{name}/stats", "Daemons, utilisation and backlog", answer=QueueStats)
 async def stats(request: web.Request) -> web.Response:
     ns, ref = await _queue_ref(request)
     plane = request.app[PLANE]

@@ -36,11 +36,17 @@ async def show(request: web.Request) -> web.Response:
     return reply(worker)
 
 
-@routes.route("POST", BASE + "/{id}/queues", "Add and remove queues of a worker",
-              body=MembershipEdit, answer=Worker)
+@routes.route(
+    "POST",
+    BASE + "/{id}/queues",
+    "Add and remove queues of a worker",
+    body=MembershipEdit,
+    answer=Worker,
+)
 async def edit_queues(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, MembershipEdit)
-    edit = EditQueues(ns.name, request.match_info["id"], body.add, body.remove,
-                      caller(request).token_id)
+    edit = EditQueues(
+        ns.name, request.match_info["id"], body.add, body.remove, caller(request).token_id
+    )
     return reply(await request.app[PLANE].workers.ask(edit))

@@ -5,6 +5,24 @@ Wire types evolve by adding defaulted fields at the end. Request bodies (``*Crea
 """
 
 from lakeshore.model.access import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
+from lakeshore.model.daemon import DaemonControl, Heartbeat, HeartbeatReply, StealGrant
+from lakeshore.model.invocations import (
+    MAX_BATCH,
+    TERMINAL_STATES,
+    Attempt,
+    EventBatch,
+    EventType,
+    Invocation,
+    InvocationEvent,
+    InvocationState,
+    InvocationSubmit,
+    Job,
+    JobDetail,
+    RemoteError,
+    Result,
+    SubmitAnswer,
+    SubmitBatch,
+)
 from lakeshore.model.names import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
@@ -32,6 +50,25 @@ from lakeshore.model.queues import (
 from lakeshore.model.workers import Member, MembershipEdit, Worker, WorkerRegister, WorkerStatus
 
 __all__ = [
+    "MAX_BATCH",
+    "TERMINAL_STATES",
+    "Attempt",
+    "DaemonControl",
+    "EventBatch",
+    "EventType",
+    "Heartbeat",
+    "HeartbeatReply",
+    "Invocation",
+    "InvocationEvent",
+    "InvocationState",
+    "InvocationSubmit",
+    "Job",
+    "JobDetail",
+    "RemoteError",
+    "Result",
+    "StealGrant",
+    "SubmitAnswer",
+    "SubmitBatch",
     "DEFAULT_QUEUE",
     "DEFAULT_QUEUE_DESCRIPTION",
     "NAME_MAX",

@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from lakeshore.actors.workers import Register
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
+from lakeshore.config import write_client_config
 from lakeshore.model import WorkerRegister
 from lakeshore.sdk import Client
 
@@ -227,6 +228,31 @@ async def test_namespaces_and_tokens(cli, control_plane):
     await cli("tokens", "revoke", created["id"], "-n", "bob")
     result = await cli("queues", "ls", "--token", created["token"], "-n", "bob", expect=API_ERROR)
     assert result.stderr.startswith("error: ")
+
+
+async def test_settings_come_from_the_config_file_the_server_writes(control_plane, isolated):
+    write_client_config(
+        ".lakeshore/config.toml", api=control_plane.api, token=control_plane.admin_token,
+        namespace="default",
+    )  # fmt: skip
+    result = await asyncio.to_thread(CliRunner().invoke, lakeshore, ["queues", "ls", "-o", "json"])
+    assert result.exit_code == OK, result.stderr
+    assert [q["name"] for q in json.loads(result.stdout)["queues"]] == ["default"]
+
+
+def test_a_bad_config_is_reported_without_a_traceback(isolated, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAKESHORE_CONFIG", str(tmp_path / "missing.toml"))
+    result = CliRunner().invoke(lakeshore, ["queues", "ls"])
+    assert result.exit_code == API_ERROR
+    assert result.stderr.startswith("error: LAKESHORE_CONFIG names")
+    assert "Traceback" not in result.output
+
+
+def test_help_lists_every_group(isolated):
+    result = CliRunner().invoke(lakeshore, ["--help"])
+    assert result.exit_code == OK
+    commands = result.stdout.split("Commands:", 1)[1].split()
+    assert {"daemon", "namespaces", "queues", "server", "tokens"} <= set(commands)
 
 
 def test_the_cli_never_imports_the_control_plane(isolated):

@@ -58,9 +58,14 @@ async def test_org_token_matrix(api, method, path, body):
     for ns in ("alice", "bob", "carol"):
         await api.post(f"/v1/namespaces/{ns}/queues", {"name": "inference"})
     expect = {
-        (alice, "alice"): 2, (alice, "bob"): 2, (alice, "carol"): 403,
-        (carol, "carol"): 2, (carol, "alice"): 403, (carol, "bob"): 403,
-        (None, "alice"): 401, ("lsk_bogus", "alice"): 401,
+        (alice, "alice"): 2,
+        (alice, "bob"): 2,
+        (alice, "carol"): 403,
+        (carol, "carol"): 2,
+        (carol, "alice"): 403,
+        (carol, "bob"): 403,
+        (None, "alice"): 401,
+        ("lsk_bogus", "alice"): 401,
     }
     for (token, ns), want in expect.items():
         status, answer = await api.request(method, path.format(ns=ns), json=body, token=token)
@@ -80,14 +85,22 @@ async def test_a_sibling_namespace_in_the_path(api):
 
 @pytest.mark.parametrize(
     ("method", "suffix"),
-    [("GET", ""), ("POST", ""), ("GET", "/q"), ("PATCH", "/q"), ("DELETE", "/q"),
-     ("POST", "/q/archive"), ("POST", "/q/unarchive"), ("POST", "/q/drain"),
-     ("GET", "/q/events"), ("GET", "/q/stats")],
+    [
+        ("GET", ""),
+        ("POST", ""),
+        ("GET", "/q"),
+        ("PATCH", "/q"),
+        ("DELETE", "/q"),
+        ("POST", "/q/archive"),
+        ("POST", "/q/unarchive"),
+        ("POST", "/q/drain"),
+        ("GET", "/q/events"),
+        ("GET", "/q/stats"),
+    ],
 )
 async def test_unknown_namespace_is_a_404_and_is_not_created(api, method, suffix):
     body = {"name": "q"} if (method, suffix) == ("POST", "") else {}
-    status, answer = await api.request(method, "/v1/namespaces/nowhere/queues" + suffix,
-                                       json=body)
+    status, answer = await api.request(method, "/v1/namespaces/nowhere/queues" + suffix, json=body)
     assert status == 404 and answer["error"]["code"] == "namespace_not_found"
     assert (await api.get("/v1/namespaces/nowhere"))[0] == 404
     names = [n["name"] for n in (await api.get("/v1/namespaces"))[1]["namespaces"]]
@@ -116,14 +129,16 @@ async def test_tokens_list_and_revoke(api):
 
 async def test_namespaces_are_created_in_the_callers_org(api):
     alice, _ = await _setup(api)
-    status, body = await api.request("POST", "/v1/namespaces", json={"name": "dave"},
-                                     token=alice)
+    status, body = await api.request("POST", "/v1/namespaces", json={"name": "dave"}, token=alice)
     assert status == 201 and body["org"] == "acme"
-    status, body = await api.request("POST", "/v1/namespaces",
-                                     json={"name": "eve", "org": "globex"}, token=alice)
+    status, body = await api.request(
+        "POST", "/v1/namespaces", json={"name": "eve", "org": "globex"}, token=alice
+    )
     assert status == 403
-    names = [n["name"] for n in
-             (await api.request("GET", "/v1/namespaces", token=alice))[1]["namespaces"]]
+    names = [
+        n["name"]
+        for n in (await api.request("GET", "/v1/namespaces", token=alice))[1]["namespaces"]
+    ]
     assert names == ["alice", "bob", "dave"]
     status, body = await api.post("/v1/namespaces", {"name": "alice", "org": "acme"})
     assert status == 409

@@ -176,7 +176,12 @@ async def test_patch_the_elasticity_object_over_http(api):
     assert status == 200
     e = body["elasticity"]
     assert (e["kind"], e["pool"], e["match"], e["steal_delay_s"], e["cost_weight"]) == (
-        "fully_elastic", "mixed", {"gpu": "h100"}, 5, 2.5)
+        "fully_elastic",
+        "mixed",
+        {"gpu": "h100"},
+        5,
+        2.5,
+    )
     status, body = await api.patch(Q + "/cpu-prep", {"elasticity": {"kind": "elastic"}})
     assert status == 200 and body["elasticity"]["min"] == 1
 

@@ -1,0 +1,198 @@
+"""Invocations: what producers submit, what travels on a queue stream, and what jobs show.
+
+An invocation's history is an append-only stream of :class:`InvocationEvent`; its current
+state is derived from the latest accepted event. An *attempt token* is the pair (stream
+sequence, epoch), the epoch being JetStream's delivery count of the claim.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from msgspec import Meta, Struct
+
+#: Largest batch one submit may carry.
+MAX_BATCH = 10_000
+
+
+class InvocationState(StrEnum):
+    #: queued, not yet claimed (or returned to the queue for a retry)
+    PENDING = "pending"
+    #: claimed by a daemon
+    RUNNING = "running"
+    #: finished with a value
+    SUCCEEDED = "succeeded"
+    #: finished with an error after its last attempt
+    FAILED = "failed"
+    #: cancelled by a user
+    CANCELLED = "cancelled"
+    #: evicted from a full ``drop_oldest`` queue
+    DROPPED = "dropped"
+
+
+TERMINAL_STATES = frozenset(
+    {
+        InvocationState.SUCCEEDED,
+        InvocationState.FAILED,
+        InvocationState.CANCELLED,
+        InvocationState.DROPPED,
+    }
+)
+
+
+class EventType(StrEnum):
+    #: admitted to the queue (control plane)
+    SUBMITTED = "submitted"
+    #: delivered to a daemon (daemon)
+    CLAIMED = "claimed"
+    #: the run began (daemon)
+    STARTED = "started"
+    #: the run returned (daemon); fenced by the Recorder
+    SUCCEEDED = "succeeded"
+    #: the last attempt failed (daemon); fenced by the Recorder
+    FAILED = "failed"
+    #: an attempt failed and the invocation goes back to the queue (daemon)
+    RETRYING = "retrying"
+    #: cancelled (control plane for pending, daemon for running)
+    CANCELLED = "cancelled"
+    #: evicted by ``drop_oldest`` (control plane)
+    DROPPED = "dropped"
+    #: a completion from a superseded attempt, recorded but not counted (Recorder)
+    STALE = "stale"
+
+
+class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One invocation as a producer submits it: ``fn`` or ``command``, not both."""
+
+    #: ``module:qualname`` of a function importable on the daemon
+    fn: str | None = None
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    #: argv of a subprocess to run instead of ``fn``
+    command: list[str] | None = None
+    env: dict[str, str] = {}
+    #: 0–9, higher first; priority queues only
+    priority: Annotated[int, Meta(ge=0, le=9)] = 0
+    #: a run longer than this is killed and counts as a failed attempt (seconds)
+    timeout_s: Annotated[float, Meta(gt=0)] | None = None
+    max_attempts: Annotated[int, Meta(ge=1, le=100)] = 1
+    #: a retried submit with the same key is the same invocation
+    idempotency_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+
+
+class SubmitBatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    invocations: Annotated[list[InvocationSubmit], Meta(min_length=1, max_length=MAX_BATCH)]
+
+
+class SubmitAnswer(Struct, frozen=True, kw_only=True):
+    """202: the ids in submission order; warnings such as ``no_members``."""
+
+    ids: list[str]
+    queue: str
+    namespace: str
+    warnings: list[str] = []
+    #: ids that were already known (idempotent resubmits)
+    duplicates: list[str] = []
+
+
+class Invocation(Struct, frozen=True, kw_only=True):
+    """The message stored on a queue stream (JSON), one per invocation."""
+
+    id: str
+    namespace: str
+    queue: str
+    fn: str | None = None
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    command: list[str] | None = None
+    env: dict[str, str] = {}
+    priority: int = 0
+    timeout_s: float | None = None
+    max_attempts: int = 1
+    submitted_at: datetime
+
+
+class InvocationEvent(Struct, frozen=True, kw_only=True):
+    """One lifecycle event; the row type of the ``invocation_events`` table."""
+
+    namespace: str
+    queue: str
+    invocation_id: str
+    ts: datetime
+    type: EventType
+    #: 1-based attempt number (= epoch); 0 before any claim
+    attempt: int = 0
+    worker: str | None = None
+    #: JetStream delivery count of the claim this event belongs to
+    epoch: int | None = None
+    #: e.g. ``seq`` (stream sequence), ``error``, ``exit_code``, ``output``, ``stale_type``
+    detail: dict[str, Any] | None = None
+
+
+class EventBatch(Struct, frozen=True, kw_only=True):
+    """What is published on ``ls.<ns>.evt.<queue>``: events in the order they happened."""
+
+    events: list[InvocationEvent]
+
+
+class RemoteError(Struct, frozen=True, kw_only=True):
+    #: the exception's qualified type, e.g. ``builtins.ValueError``
+    type: str
+    message: str
+    traceback: str = ""
+
+
+class Result(Struct, frozen=True, kw_only=True):
+    """Stored in the results KV bucket under ``<ns>.<id>.<epoch>``."""
+
+    id: str
+    ok: bool
+    value: Any = None
+    error: RemoteError | None = None
+    worker: str | None = None
+    epoch: int = 0
+    exit_code: int | None = None
+    #: bounded tail of a command's combined output
+    output: str | None = None
+
+
+class Attempt(Struct, frozen=True, kw_only=True):
+    attempt: int
+    worker: str | None
+    #: attempt token: stream sequence and epoch
+    seq: int | None
+    epoch: int | None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    #: succeeded | failed | retrying | cancelled | stale | running
+    outcome: str
+
+
+class Job(Struct, frozen=True, kw_only=True):
+    """An invocation as ``jobs ls`` shows it."""
+
+    id: str
+    namespace: str
+    queue: str
+    state: InvocationState
+    fn: str | None = None
+    command: list[str] | None = None
+    priority: int = 0
+    attempt: int = 0
+    max_attempts: int = 1
+    worker: str | None = None
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    #: pending only: no_members, all_members_busy, draining, archived, queued
+    pending_reason: str | None = None
+    #: pending only: how many pending invocations of the queue are ahead of this one
+    position: int | None = None
+    error: RemoteError | None = None
+
+
+class JobDetail(Job, frozen=True, kw_only=True):
+    attempts: list[Attempt] = []
+    stale: int = 0
