@@ -26,7 +26,7 @@ from nats.js.api import (
 )
 
 from lakeshore.bus import subjects
-from lakeshore.embedded import check_version, parse_version
+from lakeshore.bus.connection import connect_nats
 from lakeshore.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -59,41 +59,8 @@ class NatsBus:
 
     @classmethod
     async def connect(cls, url: str, *, replicas: int = 1, name: str = "lakeshore") -> NatsBus:
-        """Connect, reconnecting for ever on loss, and refuse servers older than 2.12.
-
-        Raises:
-            Unavailable: NATS cannot be reached.
-            LakeshoreError: the server is too old for this design.
-        """
-
-        async def on_error(e: Exception) -> None:
-            log.warning("nats: %s", e)
-
-        async def on_disconnect() -> None:
-            log.warning("nats: disconnected from %s", url)
-
-        async def on_reconnect() -> None:
-            log.info("nats: reconnected to %s", url)
-
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
-                allow_reconnect=True,
-                connect_timeout=5,
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
-            )
-        except (OSError, nats.errors.Error) as e:
-            raise Unavailable(f"cannot connect to NATS at {url}: {e}") from e
-        try:
-            check_version(parse_version(str(nc.connected_server_version)), where=url)
-        except BaseException:
-            await nc.close()
-            raise
+        """Connect (see :func:`lakeshore.bus.connection.connect_nats`)."""
+        nc = await connect_nats(url, name=name)
         return cls(nc, nc.jetstream(timeout=5), replicas)
 
     @property

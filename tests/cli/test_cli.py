@@ -14,11 +14,9 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from lakeshore.actors.workers import Register
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.config import write_client_config
-from lakeshore.model import WorkerRegister
 from lakeshore.sdk import Client
 
 Invoke = Callable[..., Result]
@@ -58,12 +56,6 @@ def cli(control_plane, isolated) -> Invoke:
 async def api_body(control_plane, path: str) -> Any:
     async with Client(control_plane.api, control_plane.admin_token) as c:
         return await c.request("GET", path)
-
-
-async def register(control_plane, name: str, *queues: str) -> None:
-    """A worker row as a daemon registers it (``daemon launch`` is not part of this CLI yet)."""
-    reg = WorkerRegister(namespace="default", name=name, queues=list(queues))
-    await control_plane.plane.workers.ask(Register(reg))
 
 
 def rows(table: str) -> list[list[str]]:
@@ -269,14 +261,14 @@ def test_the_cli_never_imports_the_control_plane(isolated):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-async def test_the_worked_example_of_the_spec(cli, control_plane):
+async def test_the_worked_example_of_the_spec(cli, control_plane, register):
     await cli("queues", "add", "cpu-prep", "--kind", "fifo", "--elasticity", "fixed")
     await cli("queues", "add", "training-h100", "--kind", "priority", "--elasticity", "fixed")
     # Stands in for `daemon launch --count 4 --name prep` and `--count 2 --name train`.
     for i in range(4):
-        await register(control_plane, f"prep-{i:02}", "cpu-prep")
+        await register(f"prep-{i:02}", queues=["cpu-prep"])
     for i in range(2):
-        await register(control_plane, f"train-{i:02}", "training-h100")
+        await register(f"train-{i:02}", queues=["training-h100"])
 
     listed = {tuple(r[:5]) for r in rows((await cli("queues", "ls")).stdout)[1:]}
     assert {
@@ -328,8 +320,8 @@ async def test_the_worked_example_of_the_spec(cli, control_plane):
     assert (row["kind"], row["elasticity"]["kind"]) == ("priority", "fixed")
 
 
-async def test_daemon_show_spells_out_the_default_queue(cli, control_plane):
-    await register(control_plane, "scratch")
+async def test_daemon_show_spells_out_the_default_queue(cli, register):
+    await register("scratch")
     shown = (await cli("daemon", "show", "scratch")).stdout
     assert "queues:" in shown and "[]  (the default queue)" in shown
     body = json.loads((await cli("daemon", "show", "scratch", "-o", "json")).stdout)
@@ -339,9 +331,9 @@ async def test_daemon_show_spells_out_the_default_queue(cli, control_plane):
     await cli("daemon", "update", "scratch", expect=USAGE)
 
 
-async def test_rm_refuses_a_queue_with_members_unless_forced(cli, control_plane):
+async def test_rm_refuses_a_queue_with_members_unless_forced(cli, register):
     await cli("queues", "add", "training-h100")
-    await register(control_plane, "train-00", "training-h100")
+    await register("train-00", queues=["training-h100"])
     result = await cli("queues", "rm", "training-h100", expect=API_ERROR)
     assert "still has 1 member(s) (train-00)" in result.stderr
     out = (await cli("queues", "rm", "training-h100", "--force")).stdout

@@ -1,0 +1,57 @@
+"""Connecting to NATS: reconnect for ever, log transitions, refuse servers older than 2.12."""
+
+from __future__ import annotations
+
+import logging
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NatsClient
+
+from lakeshore.embedded import check_version
+from lakeshore.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+
+async def connect_nats(url: str, *, name: str) -> NatsClient:
+    """Connect to ``url``; the client then reconnects on its own after any loss.
+
+    Raises:
+        Unavailable: NATS cannot be reached.
+        NatsTooOld: the server is older than 2.12 (it would silently ignore settings
+            this design needs).
+    """
+    nc: NatsClient | None = None
+
+    async def on_error(e: Exception) -> None:
+        log.warning("nats %s: %s", url, e)
+
+    async def on_disconnect() -> None:
+        if nc is not None and not nc.is_closed:
+            log.warning("nats: disconnected from %s", url)
+
+    async def on_reconnect() -> None:
+        log.info("nats: reconnected to %s", url)
+
+    try:
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            allow_reconnect=True,
+            connect_timeout=5,
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+        )
+    except (OSError, nats.errors.Error) as e:
+        raise Unavailable(f"cannot connect to NATS at {url}: {e}") from e
+    v = nc.connected_server_version
+    try:
+        check_version((v.major, v.minor, v.patch), where=url)
+    except BaseException:
+        await nc.close()
+        raise
+    return nc
