@@ -16,10 +16,11 @@ from aiohttp import web
 from lakeshore import access
 from lakeshore.actors.base import ActorRef, Runtime
 from lakeshore.actors.directory import QueueDirectory
-from lakeshore.actors.workers import WorkerRegistry
+from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.nats import NatsBus
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.embedded import NatsServer
+from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
 from lakeshore.model import TokenCreated
 from lakeshore.store import Store, open_store
@@ -41,6 +42,7 @@ class ControlPlane:
         self.workers: ActorRef[Any]
         self.directory: ActorRef[Any]
         self.admin_token: TokenCreated | None = None
+        self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
         self.api = ""
 
@@ -59,10 +61,15 @@ class ControlPlane:
             self.bus = await NatsBus.connect(self.nats_url, replicas=self.settings.replicas)
             self.store = await open_store(self.data_dir / "lakeshore.duckdb")
             self.admin_token = await access.bootstrap(self.store)
-            self.workers = await self.runtime.spawn(WorkerRegistry(self.store))
+            self.workers = await self.runtime.spawn(
+                WorkerRegistry(self.store, lost_after_s=self.settings.lost_after_s)
+            )
+            self.runtime.every(self.settings.heartbeat_s, self.workers, Sweep())
             self.directory = await self.runtime.spawn(
                 QueueDirectory(self.runtime, store=self.store, bus=self.bus, workers=self.workers)
             )
+            self.gateway = Gateway(self)
+            await self.gateway.start()
         except BaseException:
             await self.stop()
             raise
@@ -101,6 +108,8 @@ class ControlPlane:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.gateway is not None:
+            await self.gateway.stop()
         await self.runtime.shutdown()
         if hasattr(self, "bus"):
             await self.bus.close()

@@ -14,9 +14,9 @@ import msgspec
 import nats
 import pytest_asyncio
 
-from lakeshore.actors.workers import Register
+from lakeshore.actors.workers import Beat, Register
 from lakeshore.config import ServerSettings
-from lakeshore.model import Worker, WorkerRegister, WorkerStatus
+from lakeshore.model import Heartbeat, Worker, WorkerRegister, WorkerStatus, now
 from lakeshore.plane import ControlPlane
 
 _DEFAULT = object()
@@ -179,8 +179,9 @@ async def register(control_plane: PlaneHandle):
         reg = WorkerRegister(namespace=namespace, name=name, queues=queues or [])
         worker: Worker = await plane.workers.ask(Register(reg))
         if status is not None:
+            beat = Heartbeat(worker_id=worker.id, namespace=namespace, status=status, ts=now())
+            await plane.workers.ask(Beat(beat))
             worker = msgspec.structs.replace(worker, status=status)
-            await plane.store.upsert_worker(worker)
         return worker
 
     return make

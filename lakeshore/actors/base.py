@@ -131,6 +131,7 @@ class Runtime:
     def __init__(self, ask_timeout_s: float = 10.0) -> None:
         self._ask_timeout_s = ask_timeout_s
         self._refs: set[ActorRef[Any]] = set()
+        self._timers: set[asyncio.Task[None]] = set()
 
     async def spawn(self, actor: Actor[M]) -> ActorRef[M]:
         """Start an actor; its ``started`` hook has run when this returns."""
@@ -157,5 +158,24 @@ class Runtime:
             ref._task.cancel()
             await asyncio.gather(ref._task, return_exceptions=True)
 
+    def every(self, interval_s: float, ref: ActorRef[M], msg: M) -> None:
+        """Tell ``ref`` ``msg`` every ``interval_s`` until shutdown (ticks do not pile up:
+        the next one is sent only after the previous was handled)."""
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    await ref.ask(msg)
+                except LakeshoreError as e:
+                    log.warning("%s tick failed: %s", ref.actor_name, e)
+
+        task = asyncio.create_task(tick(), name=f"tick:{ref.actor_name}")
+        self._timers.add(task)
+
     async def shutdown(self, timeout_s: float = 5.0) -> None:
+        for task in self._timers:
+            task.cancel()
+        await asyncio.gather(*self._timers, return_exceptions=True)
+        self._timers.clear()
         await asyncio.gather(*(self.stop(r, timeout_s) for r in list(self._refs)))

@@ -13,6 +13,8 @@ import msgspec
 from msgspec import UNSET, Struct
 
 from lakeshore import elasticity
+from lakeshore.actors import admission
+from lakeshore.actors.admission import IdempotencyKeys
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.workers import Scrub
 from lakeshore.bus.nats import NatsBus
@@ -20,11 +22,18 @@ from lakeshore.errors import ImmutableField, QueueHasMembers, ReservedName, Wron
 from lakeshore.model import (
     DEFAULT_QUEUE,
     PRIORITY_LEVELS,
+    ElasticityKind,
+    EventBatch,
+    EventType,
+    InvocationEvent,
+    InvocationSubmit,
     Queue,
     QueueKind,
     QueuePatch,
     QueueState,
+    SubmitAnswer,
     Worker,
+    WorkerStatus,
     now,
 )
 from lakeshore.store import Store
@@ -51,7 +60,22 @@ class DeleteQueue(Struct, frozen=True):
     actor: str | None
 
 
-QueueMsg = GetQueue | PatchQueue | Transition | DeleteQueue
+class Submit(Struct, frozen=True):
+    invocations: list[InvocationSubmit]
+    actor: str | None
+    #: how long a ``block`` queue may wait for room (seconds)
+    wait_s: float = 30.0
+
+
+class CancelPending(Struct, frozen=True, kw_only=True):
+    """Remove a pending invocation from the stream and record it cancelled."""
+
+    invocation_id: str
+    seq: int
+    actor: str | None
+
+
+QueueMsg = GetQueue | PatchQueue | Transition | DeleteQueue | Submit | CancelPending
 
 #: verb -> (states it may start from, the state it leads to); the target state is a no-op.
 _TRANSITIONS: dict[str, tuple[frozenset[QueueState], QueueState]] = {
@@ -83,6 +107,7 @@ class QueueActor(Actor[QueueMsg]):
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
+        self._keys = IdempotencyKeys()
 
     async def started(self) -> None:
         self.row = await self._store.get_queue(self._ns, self._queue)
@@ -101,6 +126,61 @@ class QueueActor(Actor[QueueMsg]):
                 return await self._transition(verb, actor)
             case DeleteQueue(force=force, actor=actor):
                 return await self._delete(force, actor)
+            case Submit(invocations=specs, wait_s=wait_s):
+                return await self._submit(specs, wait_s)
+            case CancelPending(invocation_id=inv_id, seq=seq, actor=actor):
+                return await self._cancel(inv_id, seq, actor)
+
+    async def _submit(self, specs: list[InvocationSubmit], wait_s: float) -> SubmitAnswer:
+        row = self.row
+        assert row is not None
+        if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
+            raise WrongState(
+                row.name,
+                row.state.value,
+                "accept submissions",
+                "; unarchive it to admit work again",
+            )
+        items = admission.prepare(row, specs, self._keys)
+        published, dropped = await admission.admit(
+            self._bus, row, items, levels=levels_of(row.kind), wait_s=wait_s
+        )
+        events = [*dropped, *admission.submitted_events(row, items, published)]
+        for batch in admission.event_batches(events):
+            await self._bus.publish_events(self._ns, row.name, batch)
+        await self._bus.nudge(self._ns, row.name)
+        return SubmitAnswer(
+            ids=[p.id for p in items],
+            queue=row.name,
+            namespace=self._ns,
+            warnings=await self._warnings(row),
+            duplicates=[p.id for p, pub in zip(items, published, strict=True) if pub.duplicate],
+        )
+
+    async def _warnings(self, row: Queue) -> list[str]:
+        if row.elasticity.kind is not ElasticityKind.FIXED:
+            return []
+        members = await self._workers.ask(Scrub(self._ns, row.name, dry_run=True))
+        if any(w.status is not WorkerStatus.LOST for w in members):
+            return []
+        return [
+            f"no_members: queue {row.name!r} has no daemons and its elasticity is fixed; "
+            f"the work waits until one joins (lakeshore daemon launch --queue {row.name})"
+        ]
+
+    async def _cancel(self, inv_id: str, seq: int, actor: str | None) -> bool:
+        removed = await self._bus.delete_message(self._ns, self._queue, seq)
+        event = InvocationEvent(
+            namespace=self._ns,
+            queue=self._queue,
+            invocation_id=inv_id,
+            ts=now(),
+            type=EventType.CANCELLED,
+            detail={"seq": seq, "by": actor, "removed": removed},
+        )
+        await self._bus.publish_events(self._ns, self._queue, EventBatch(events=[event]))
+        log.info("invocation %s cancelled while pending (removed=%s)", inv_id, removed)
+        return removed
 
     async def _patch(self, patch: QueuePatch, actor: str | None) -> Queue:
         old = self.row

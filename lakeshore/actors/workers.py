@@ -1,23 +1,30 @@
-"""WorkerRegistry: the one owner of worker rows — registration and queue membership.
+"""WorkerRegistry: the one owner of worker rows — registration, membership and liveness.
 
 ``Worker.queues`` is the source of truth of membership; the empty array is the default
 queue. The explicit add/remove edits reject ``default`` (the empty array is the contract),
 while the membership lookup also accepts a literal ``default`` entry.
+
+Rows live in memory (every ask is answered without the store) and are written through.
+A heartbeat's ``last_heartbeat`` alone is persisted at most every ``persist_every_s``; a
+status or ``current`` change is persisted at once.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 from msgspec import Struct
 
 from lakeshore.actors.base import Actor
-from lakeshore.errors import Invalid, QueueNotFound, WorkerNotFound
+from lakeshore.errors import Invalid, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    Heartbeat,
+    HeartbeatReply,
     Worker,
     WorkerRegister,
     WorkerStatus,
@@ -31,6 +38,10 @@ log = logging.getLogger(__name__)
 
 class Register(Struct, frozen=True):
     worker: WorkerRegister
+
+
+class Beat(Struct, frozen=True):
+    heartbeat: Heartbeat
 
 
 class EditQueues(Struct, frozen=True):
@@ -49,7 +60,24 @@ class Scrub(Struct, frozen=True):
     dry_run: bool = False
 
 
-WorkerMsg = Register | EditQueues | Scrub
+class Retire(Struct, frozen=True):
+    namespace: str
+    ref: str
+
+
+class Sweep(Struct, frozen=True):
+    """Mark workers without a heartbeat for ``lost_after_s`` as lost (sent every tick)."""
+
+
+class Snapshot(Struct, frozen=True):
+    """Every worker row (for the controller and the launch progress)."""
+
+    namespace: str | None = None
+
+
+WorkerMsg = Register | Beat | EditQueues | Scrub | Retire | Sweep | Snapshot
+
+_LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.RETIRING})
 
 
 def serves(worker: Worker, queue: str) -> bool:
@@ -67,45 +95,145 @@ def is_member(worker: Worker, queue: str) -> bool:
 class WorkerRegistry(Actor[WorkerMsg]):
     name = "worker-registry"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        lost_after_s: float = 10.0,
+        launch_timeout_s: float = 120.0,
+        persist_every_s: float = 5.0,
+    ) -> None:
         self._store = store
+        self._lost_after = timedelta(seconds=lost_after_s)
+        self._launch_timeout = timedelta(seconds=launch_timeout_s)
+        self._persist_every = timedelta(seconds=persist_every_s)
+        self._rows: dict[str, Worker] = {}
+        self._persisted_at: dict[str, datetime] = {}
+        self._retiring: set[str] = set()
+
+    async def started(self) -> None:
+        self._rows = {w.id: w for w in await self._store.list_workers()}
+        self._retiring = {w.id for w in self._rows.values() if w.status is WorkerStatus.RETIRING}
 
     async def handle(self, msg: WorkerMsg) -> Any:
         match msg:
             case Register(worker=w):
                 return await self._register(w)
+            case Beat(heartbeat=hb):
+                return await self._beat(hb)
             case EditQueues():
                 return await self._edit(msg)
             case Scrub(namespace=ns, queue=queue, dry_run=True):
-                return [w for w in await self._store.list_workers(ns) if is_member(w, queue)]
+                return [w for w in self._in(ns) if is_member(w, queue)]
             case Scrub(namespace=ns, queue=queue):
                 scrubbed = await self._store.scrub_queue_from_workers(ns, queue)
-                if scrubbed:
-                    log.info("scrubbed %s/%s from %d worker(s)", ns, queue, len(scrubbed))
+                for w in scrubbed:
+                    self._rows[w.id] = w
                 return scrubbed
+            case Retire(namespace=ns, ref=ref):
+                return await self._retire(ns, ref)
+            case Sweep():
+                return await self._sweep(now())
+            case Snapshot(namespace=ns):
+                return list(self._rows.values()) if ns is None else self._in(ns)
+
+    def _in(self, ns: str) -> list[Worker]:
+        return sorted((w for w in self._rows.values() if w.namespace == ns), key=lambda w: w.name)
+
+    def find(self, ns: str, ref: str) -> Worker | None:
+        worker = self._rows.get(ref)
+        if worker is not None and worker.namespace == ns:
+            return worker
+        return next((w for w in self._rows.values() if w.namespace == ns and w.name == ref), None)
 
     async def _register(self, reg: WorkerRegister) -> Worker:
         validate_name("worker", reg.name)
         for q in reg.queues:
             validate_name("queue", q)
-        existing = await self._store.get_worker(reg.namespace, reg.id or reg.name)
+        existing = self._rows.get(reg.id) if reg.id else self.find(reg.namespace, reg.name)
+        ts = now()
         worker = Worker(
             id=reg.id or (existing.id if existing else new_worker_id()),
             name=reg.name,
             namespace=reg.namespace,
-            queues=_unique(reg.queues),
+            queues=_unique(reg.queues) if existing is None else existing.queues,
             labels=reg.labels,
             provider=reg.provider,
             managed=reg.managed,
             status=WorkerStatus.IDLE,
-            last_heartbeat=now(),
-            started_at=now(),
+            last_heartbeat=ts,
+            started_at=existing.started_at if existing else ts,
         )
-        await self._store.upsert_worker(worker)
+        await self._save(worker)
         log.info("worker %s (%s) registered in %s", worker.name, worker.id, worker.namespace)
         return worker
 
+    async def _beat(self, hb: Heartbeat) -> HeartbeatReply:
+        worker = self._rows.get(hb.worker_id)
+        if worker is None or worker.namespace != hb.namespace:
+            return HeartbeatReply(queues=[], unknown=True)
+        status = hb.status
+        if worker.id in self._retiring and status is not WorkerStatus.STOPPED:
+            status = WorkerStatus.RETIRING
+        if worker.status is WorkerStatus.LOST and status is not WorkerStatus.STOPPED:
+            log.info("worker %s (%s) is back", worker.name, worker.id)
+        current = hb.current[0] if hb.current else None
+        new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=hb.ts)
+        changed = (new.status, new.current) != (worker.status, worker.current)
+        last = self._persisted_at.get(worker.id)
+        if changed or last is None or hb.ts - last >= self._persist_every:
+            await self._save(new)
+        else:
+            self._rows[worker.id] = new
+        if status is WorkerStatus.STOPPED:
+            self._retiring.discard(worker.id)
+        return HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring)
+
+    async def _retire(self, ns: str, ref: str) -> Worker:
+        worker = self.find(ns, ref)
+        if worker is None:
+            raise WorkerNotFound(ns, ref)
+        if worker.status in (WorkerStatus.STOPPED, WorkerStatus.LOST):
+            return worker
+        self._retiring.add(worker.id)
+        new = msgspec.structs.replace(worker, status=WorkerStatus.RETIRING)
+        await self._save(new)
+        return new
+
+    async def _sweep(self, ts: datetime) -> list[Worker]:
+        lost = []
+        for w in list(self._rows.values()):
+            if w.status in _LIVE:
+                overdue = w.last_heartbeat is None or ts - w.last_heartbeat > self._lost_after
+            elif w.status is WorkerStatus.STARTING:
+                overdue = ts - w.started_at > self._launch_timeout
+            else:
+                continue
+            if overdue:
+                new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
+                await self._save(new)
+                lost.append(new)
+                log.warning(
+                    "worker %s (%s) is lost: no heartbeat since %s", w.name, w.id, w.last_heartbeat
+                )
+                for q in w.queues or [DEFAULT_QUEUE]:
+                    await self._store.append_queue_event(
+                        w.namespace,
+                        q,
+                        "daemon_lost",
+                        None,
+                        {
+                            "worker": w.id,
+                            "name": w.name,
+                            "last_heartbeat": str(w.last_heartbeat),
+                            "current": w.current,
+                        },
+                    )
+        return lost
+
     async def _edit(self, msg: EditQueues) -> Worker:
+        # A queue need not exist yet to be added: membership lives on the worker row, and
+        # the seed's worked example adds ``eval`` before anyone creates it.
         for q in [*msg.add, *msg.remove]:
             if q == DEFAULT_QUEUE:
                 raise Invalid(
@@ -113,18 +241,15 @@ class WorkerRegistry(Actor[WorkerMsg]):
                     "the empty array — remove every other queue to pull from it"
                 )
             validate_name("queue", q)
-        worker = await self._store.get_worker(msg.namespace, msg.ref)
+        worker = self.find(msg.namespace, msg.ref)
         if worker is None:
             raise WorkerNotFound(msg.namespace, msg.ref)
-        for q in msg.add:
-            if await self._store.get_queue(msg.namespace, q) is None:
-                raise QueueNotFound(msg.namespace, q)
         queues = [q for q in worker.queues if q not in msg.remove]
         queues = _unique([*queues, *msg.add])
         if queues == worker.queues:
             return worker
         new = msgspec.structs.replace(worker, queues=queues)
-        await self._store.upsert_worker(new)
+        await self._save(new)
         for q in msg.add:
             if q not in worker.queues:
                 await self._record(new, q, "member_added", msg.actor)
@@ -132,6 +257,12 @@ class WorkerRegistry(Actor[WorkerMsg]):
             if q in worker.queues:
                 await self._record(new, q, "member_removed", msg.actor)
         return new
+
+    async def _save(self, worker: Worker) -> None:
+        await self._store.upsert_worker(worker)
+        self._rows[worker.id] = worker
+        if worker.last_heartbeat is not None:
+            self._persisted_at[worker.id] = worker.last_heartbeat
 
     async def _record(self, w: Worker, queue: str, event: str, actor: str | None) -> None:
         await self._store.append_queue_event(

@@ -8,12 +8,16 @@ publish to a full queue, and depth counts queued plus in-flight invocations.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import nats
 import nats.errors
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js import errors as jse
 from nats.js.api import (
@@ -25,16 +29,28 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from lakeshore.bus import subjects
+from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import connect_nats
 from lakeshore.errors import Unavailable
+from lakeshore.model import DaemonControl, EventBatch
 
 log = logging.getLogger(__name__)
 
 #: A retried submit inside this window is deduplicated by its Nats-Msg-Id (seconds).
 DUPLICATE_WINDOW_S = 600.0
+#: JetStream's error code for a publish refused by ``max_msgs`` with ``discard=new``.
+ERR_STREAM_FULL = 10077
+#: Concurrent publishes in flight per window (sequential publishes are ~5x slower).
+PUBLISH_WINDOW = 500
 #: A claim not kept alive with in_progress() for this long is redelivered (seconds).
 ACK_WAIT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    seq: int
+    #: the Nats-Msg-Id was seen inside the duplicate window: nothing new was stored
+    duplicate: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +78,11 @@ class NatsBus:
         """Connect (see :func:`lakeshore.bus.connection.connect_nats`)."""
         nc = await connect_nats(url, name=name)
         return cls(nc, nc.jetstream(timeout=5), replicas)
+
+    @property
+    def nc(self) -> NatsClient:
+        """The connection, for other bus modules (events feed, responders)."""
+        return self._nc
 
     @property
     def connected(self) -> bool:
@@ -136,6 +157,115 @@ class NatsBus:
             except jse.NotFoundError:
                 return QueueCounts(0, 0, 0)
         return QueueCounts(pending=pending, running=running, depth=si.state.messages)
+
+    async def publish_work(
+        self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
+    ) -> list[Published | None]:
+        """Publish invocations concurrently, in windows, each with its ``Nats-Msg-Id``.
+
+        Args:
+            items: ``(payload, level, msg_id)`` per invocation.
+
+        Returns:
+            Per item: a :class:`Published`, or ``None`` when the queue was full (10077).
+
+        Raises:
+            Unavailable: NATS failed otherwise (no stream, timeout): the items before the
+                failure may have been admitted; resubmitting with the same ids is safe.
+        """
+        out: list[Published | None] = []
+        for start in range(0, len(items), PUBLISH_WINDOW):
+            window = items[start : start + PUBLISH_WINDOW]
+            answers = await asyncio.gather(
+                *(self._publish_one(namespace, queue, *item) for item in window),
+                return_exceptions=True,
+            )
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    raise Unavailable(
+                        f"could not publish to {namespace}/{queue}: {answer!r}"
+                    ) from answer
+                out.append(answer)
+        return out
+
+    async def _publish_one(
+        self, namespace: str, queue: str, payload: bytes, level: int, msg_id: str
+    ) -> Published | None:
+        try:
+            ack = await self._js.publish(
+                subjects.level_subject(namespace, queue, level),
+                payload,
+                headers={"Nats-Msg-Id": msg_id},
+            )
+        except jse.ServiceUnavailableError as e:
+            if e.err_code == ERR_STREAM_FULL:
+                return None
+            raise
+        return Published(seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def oldest_pending(
+        self, namespace: str, queue: str, *, levels: int
+    ) -> tuple[int, bytes] | None:
+        """The oldest invocation not yet delivered, over every level: (sequence, payload)."""
+        stream = subjects.queue_stream(namespace, queue)
+        oldest: tuple[int, bytes] | None = None
+        async with self._errors(f"find the oldest pending of {namespace}/{queue}"):
+            for level in range(levels):
+                ci = await self._js.consumer_info(stream, subjects.level_consumer(level))
+                if not ci.num_pending:
+                    continue
+                start = (ci.delivered.stream_seq or 0) + 1
+                try:
+                    msg = await self._js.get_msg(
+                        stream,
+                        seq=start,
+                        subject=subjects.level_subject(namespace, queue, level),
+                        next=True,
+                    )
+                except jse.NotFoundError:
+                    continue
+                if oldest is None or msg.seq < oldest[0]:
+                    oldest = (msg.seq, msg.data or b"")
+        return oldest
+
+    async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
+        """Remove one stored invocation; ``False`` when it is already gone."""
+        async with self._errors(f"delete message {seq} of {namespace}/{queue}"):
+            try:
+                return await self._js.delete_msg(subjects.queue_stream(namespace, queue), seq)
+            except jse.NotFoundError:
+                return False
+            except jse.BadRequestError:
+                return False
+
+    async def nudge(self, namespace: str, queue: str) -> None:
+        """Wake idle daemons of ``queue`` (core NATS, best effort)."""
+        await self._nc.publish(subjects.nudge_subject(namespace, queue), b"")
+
+    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
+        async with self._errors(f"record events of {namespace}/{queue}"):
+            await self._js.publish(subjects.event_subject(namespace, queue), codec.encode(batch))
+
+    async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
+        """Tell a daemon to cancel a run or retire (core NATS, best effort)."""
+        await self._nc.publish(
+            subjects.daemon_control_subject(namespace, worker_id), codec.encode(control)
+        )
+
+    async def respond(
+        self, subject: str, handler: Callable[[str, bytes], Awaitable[bytes]]
+    ) -> Subscription:
+        """Answer requests on ``subject`` (wildcards allowed) with ``handler(subject, data)``.
+
+        Requests are handled concurrently; a handler must not raise (it answers errors).
+        """
+
+        async def on_msg(msg: Msg) -> None:
+            reply = await handler(msg.subject, msg.data)
+            if msg.reply:
+                await msg.respond(reply)
+
+        return await self._nc.subscribe(subject, cb=on_msg, pending_msgs_limit=65536)
 
     def _errors(self, what: str) -> _NatsErrors:
         return _NatsErrors(what)

@@ -101,14 +101,14 @@ def run(call: Callable[[Client], Call[T]], table: Callable[[T], str]) -> None:
     """
     conf = settings()
 
-    async def fetch() -> tuple[Any, T]:
+    async def fetch() -> tuple[Call[T], Any]:
         async with Client(conf.api, conf.token, conf.namespace) as client:
             pending = call(client)
-            body = await pending.body()
-            return body, pending.decode(body)
+            return pending, await pending.body()
 
-    body, value = asyncio.run(fetch())
-    output.emit(conf.output or "table", body, lambda: table(value))
+    pending, body = asyncio.run(fetch())
+    # Decoded only for tables, so json/yaml still print an answer this client cannot type.
+    output.emit(conf.output or "table", body, lambda: table(pending.decode(body)))
 
 
 __all__ = ["LakeshoreCommand", "LakeshoreGroup", "run", "settings"]

@@ -10,7 +10,10 @@ from lakeshore.cli.context import LakeshoreGroup, run
 
 @click.group(cls=LakeshoreGroup)
 def namespaces() -> None:
-    """Namespaces: each belongs to an org; a token for one authorises its whole org."""
+    """Namespaces and the orgs they belong to.
+
+    A token issued for one namespace authorises every namespace of its org.
+    """
 
 
 @namespaces.command("add")

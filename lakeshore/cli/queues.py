@@ -60,7 +60,7 @@ def _elasticity(**fields: Any) -> dict[str, Any]:
 
 @click.group(cls=LakeshoreGroup)
 def queues() -> None:
-    """Queues: named pipes of pending work that daemons pull from.
+    """Queues: named pipes of work that daemons pull from.
 
     A daemon pulls from the queues listed in its `queues` field; an empty list is the
     `default` queue, which every namespace has without creating it.

@@ -10,7 +10,10 @@ from lakeshore.cli.context import LakeshoreGroup, run
 
 @click.group(cls=LakeshoreGroup)
 def tokens() -> None:
-    """API tokens: one is issued for a namespace and authorises its whole org."""
+    """API tokens of a namespace (-n).
+
+    A token is issued for one namespace and authorises every namespace of its org.
+    """
 
 
 @tokens.command("create")

@@ -86,6 +86,14 @@ class SubmitBatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     invocations: Annotated[list[InvocationSubmit], Meta(min_length=1, max_length=MAX_BATCH)]
 
 
+class FastSubmit(Struct, frozen=True, kw_only=True):
+    """The SDK's NATS fast path on ``ls.<ns>.submit.<queue>``: the same as the HTTP route."""
+
+    token: str
+    invocations: Annotated[list[InvocationSubmit], Meta(min_length=1, max_length=MAX_BATCH)]
+    wait_s: Annotated[float, Meta(ge=0, le=600)] = 30.0
+
+
 class SubmitAnswer(Struct, frozen=True, kw_only=True):
     """202: the ids in submission order; warnings such as ``no_members``."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from types import TracebackType
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -20,6 +19,7 @@ import msgspec
 from lakeshore import errors
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import (
+    InvocationSubmit,
     MembershipEdit,
     Namespace,
     NamespaceCreate,
@@ -29,6 +29,8 @@ from lakeshore.model import (
     QueueEvent,
     QueuePatch,
     QueueStats,
+    SubmitAnswer,
+    SubmitBatch,
     Token,
     TokenCreate,
     TokenCreated,
@@ -90,7 +92,7 @@ class Call(Generic[T]):
     a caller can have both from one request.
     """
 
-    __slots__ = ("_client", "_type", "_key", "_method", "_path", "_json", "_params")
+    __slots__ = ("_client", "_type", "_key", "method", "path", "_json", "_params")
 
     def __init__(
         self,
@@ -104,17 +106,29 @@ class Call(Generic[T]):
         params: dict[str, str | int] | None = None,
     ) -> None:
         self._client, self._type, self._key = client, type_, key
-        self._method, self._path, self._json, self._params = method, path, json, params
+        #: the HTTP method and the path (under the API's base URL) this call requests
+        self.method, self.path = method, path
+        self._json, self._params = json, params
 
     async def body(self) -> Any:
         """Send the request; the decoded JSON answer. Raises as :meth:`Client.request`."""
         return await self._client.request(
-            self._method, self._path, json=self._json, params=self._params
+            self.method, self.path, json=self._json, params=self._params
         )
 
     def decode(self, body: Any) -> T:
-        """Convert a body of this route into ``T`` (unwrapping a list answer's key)."""
-        return msgspec.convert(body[self._key] if self._key else body, self._type)
+        """Convert a body of this route into ``T`` (unwrapping a list answer's key).
+
+        Raises:
+            LakeshoreError: the body does not have this route's shape (a server of another
+                version, or not a Lakeshore API at all).
+        """
+        try:
+            return msgspec.convert(body[self._key] if self._key else body, self._type)
+        except (msgspec.ValidationError, KeyError, TypeError) as exc:
+            raise LakeshoreError(
+                f"unexpected answer to {self.method} {self.path} from {self._client.api}: {exc}"
+            ) from None
 
     async def _typed(self) -> T:
         return self.decode(await self.body())
@@ -148,12 +162,7 @@ class Client:
     async def __aenter__(self) -> Client:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -229,6 +238,10 @@ class Client:
     def healthz(self) -> Call[dict[str, Any]]:
         """``{"status": "ok"}`` once the control plane is ready (no token needed)."""
         return Call(self, dict[str, Any], "GET", _path("healthz"))
+
+    def openapi(self) -> Call[dict[str, Any]]:
+        """The OpenAPI 3.1 document describing every route (no token needed)."""
+        return Call(self, dict[str, Any], "GET", _path("openapi.json"))
 
     # ---- namespaces and tokens ----------------------------------------------------------
 
@@ -328,6 +341,30 @@ class Client:
     def queue_stats(self, name: str, *, namespace: str | None = None) -> Call[QueueStats]:
         """Counters of a queue: daemons, utilisation, pending and running work."""
         return Call(self, QueueStats, "GET", self._ns(namespace, "queues", name, "stats"))
+
+    # ---- invocations --------------------------------------------------------------------
+
+    def submit(
+        self,
+        queue: str,
+        invocations: InvocationSubmit | list[InvocationSubmit],
+        *,
+        wait_s: float | None = None,
+        namespace: str | None = None,
+    ) -> Call[SubmitAnswer]:
+        """Submit one invocation or a batch (at most 10,000); the answer has the ids.
+
+        Args:
+            wait_s: how long a ``block`` queue may wait for room, in seconds.
+        """
+        body: Any = (
+            SubmitBatch(invocations=invocations) if isinstance(invocations, list) else invocations
+        )
+        params: dict[str, str | int] | None = (
+            {"wait_s": str(wait_s)} if wait_s is not None else None
+        )
+        path = self._ns(namespace, "queues", queue, "invocations")
+        return Call(self, SubmitAnswer, "POST", path, json=body, params=params)
 
     # ---- workers ------------------------------------------------------------------------
 

@@ -303,8 +303,6 @@ async def test_the_worked_example_of_the_spec(cli, control_plane, register):
         "pending": "0",
     }
 
-    # The example never creates `eval`; the membership route requires the queue to exist.
-    await cli("queues", "add", "eval")
     updated = (await cli("daemon", "update", "train-00", "--add-queue", "eval")).stdout
     assert "[training-h100, eval]" in updated
     updated = (await cli("daemon", "update", "train-00", "--remove-queue", "eval")).stdout

@@ -60,8 +60,6 @@ async def test_explicit_add_and_remove_reject_default(api, register):
 
 async def test_membership_edit_errors(api, register):
     w = await register("w")
-    status, body = await api.post(W + "/w/queues", {"add": ["nope"]})
-    assert status == 404 and body["error"]["code"] == "queue_not_found"
     status, body = await api.post(W + "/ghost/queues", {"add": []})
     assert status == 404 and body["error"]["code"] == "worker_not_found"
     status, body = await api.post(W + "/w/queues", {"add": ["Bad"]})
@@ -100,3 +98,11 @@ async def test_stopped_workers_are_not_members(api, register):
     await register("gone", queues=["q"], status=WorkerStatus.STOPPED)
     assert (await api.get(Q + "/q"))[1]["members"] == []
     assert (await api.delete(Q + "/q"))[0] == 200
+
+
+async def test_a_queue_may_be_added_before_it_exists(api, register):
+    await register("train-00", queues=["training-h100"])
+    status, body = await api.post(W + "/train-00/queues", {"add": ["eval"]})
+    assert status == 200 and body["queues"] == ["training-h100", "eval"]
+    await api.post(Q, {"name": "eval"})
+    assert [m["name"] for m in (await api.get(Q + "/eval"))[1]["members"]] == ["train-00"]

@@ -3,6 +3,7 @@ control plane never gives, a real aiohttp server on port 0)."""
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import AsyncIterator
 
@@ -131,6 +132,42 @@ async def test_tokens_authorise_until_revoked(client, control_plane):
             await bob.queues_ls()
 
 
+async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
+    c = Client("http://unused", None, namespace="x")
+    calls = [
+        c.healthz(),
+        c.openapi(),
+        c.namespaces_add("x"),
+        c.namespaces_ls(),
+        c.namespaces_show("x"),
+        c.tokens_create(),
+        c.tokens_ls(),
+        c.tokens_revoke("x"),
+        c.queues_ls(),
+        c.queue_add(QueueCreate(name="x")),
+        c.queue_show("x"),
+        c.queue_patch("x", {}),
+        c.queue_drain("x"),
+        c.queue_archive("x"),
+        c.queue_unarchive("x"),
+        c.queue_rm("x"),
+        c.queue_events("x"),
+        c.queue_stats("x"),
+        c.workers_ls(),
+        c.worker_show("x"),
+        c.worker_queues("x"),
+        c.submit("x", []),
+    ]
+    paths = (await client.openapi())["paths"]
+    served = {
+        (verb.upper(), re.sub(r"\{[^}/]+\}", "x", path))
+        for path, item in paths.items()
+        for verb in item
+        if verb in ("get", "post", "put", "patch", "delete")
+    }
+    assert {(call.method, call.path) for call in calls} == served
+
+
 async def test_workers_list_is_empty_without_daemons(client):
     assert await client.workers_ls() == []
 
@@ -151,7 +188,7 @@ async def test_a_non_http_api_url_is_invalid():
 
 @pytest.fixture
 async def odd_server() -> AsyncIterator[str]:
-    """Answers the control plane never gives: unknown codes, HTML, a bad 200."""
+    """Answers the control plane never gives: unknown codes, HTML, bad 200s."""
 
     async def unknown_code(request: web.Request) -> web.Response:
         status = int(request.match_info["status"])
@@ -163,10 +200,14 @@ async def odd_server() -> AsyncIterator[str]:
     async def bad_json(request: web.Request) -> web.Response:
         return web.Response(status=200, text="{not json")
 
+    async def not_an_object(request: web.Request) -> web.Response:
+        return web.json_response(["not", "an", "object"])
+
     app = web.Application()
     app.router.add_get("/v1/code/{status}", unknown_code)
     app.router.add_get("/v1/html", html)
     app.router.add_get("/v1/bad", bad_json)
+    app.router.add_get("/v1/healthz", not_an_object)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -197,3 +238,9 @@ async def test_an_unparseable_error_keeps_the_status_and_an_excerpt(odd_server):
         assert "<html><body>Bad gateway</body></html>" in caught.value.message
         with pytest.raises(errors.LakeshoreError, match="http 200"):
             await c.request("GET", "/v1/bad")
+
+
+async def test_an_answer_of_the_wrong_shape_is_an_error_not_a_crash(odd_server):
+    async with Client(odd_server, None) as c:
+        with pytest.raises(errors.LakeshoreError, match="unexpected answer to GET /v1/healthz"):
+            await c.healthz()

@@ -1,0 +1,220 @@
+"""Admission policy of a queue: validating submits, ids, and what happens when it is full.
+
+``reject`` answers 429; ``drop_oldest`` evicts the oldest *pending* invocation (never a
+running one) and records it as ``dropped``; ``block`` retries with backoff until the
+submit's ``wait_s`` runs out, then answers 429.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from lakeshore.bus import codec
+from lakeshore.bus.nats import NatsBus, Published
+from lakeshore.errors import Invalid, QueueFull, TooLarge
+from lakeshore.ids import new_id
+from lakeshore.model import (
+    EventBatch,
+    EventType,
+    Invocation,
+    InvocationEvent,
+    InvocationSubmit,
+    OnFull,
+    Queue,
+    QueueKind,
+    now,
+)
+
+log = logging.getLogger(__name__)
+
+_FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+#: NATS' default max payload; an invocation must fit in one message.
+MAX_PAYLOAD_BYTES = 1024 * 1024
+#: How many idempotency keys a queue remembers (covers the 600 s duplicate window).
+IDEMPOTENCY_MEMORY = 100_000
+#: Backoff of a ``block`` submit waiting for room (seconds): first, growth factor, cap.
+BLOCK_BACKOFF_S = (0.05, 2.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    id: str
+    msg_id: str
+    level: int
+    payload: bytes
+    spec: InvocationSubmit
+
+
+class IdempotencyKeys:
+    """Remembers idempotency key → invocation id, so a retried submit answers the same id."""
+
+    def __init__(self, capacity: int = IDEMPOTENCY_MEMORY) -> None:
+        self._ids: OrderedDict[str, str] = OrderedDict()
+        self._capacity = capacity
+
+    def id_for(self, key: str) -> str:
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = new_id()
+            if len(self._ids) > self._capacity:
+                self._ids.popitem(last=False)
+        return found
+
+
+def msg_id_for(row: Queue, spec: InvocationSubmit, invocation_id: str) -> str:
+    """The Nats-Msg-Id: the id, or a digest of the idempotency key (same key, same id)."""
+    if spec.idempotency_key is None:
+        return invocation_id
+    digest = hashlib.sha256(
+        f"{row.namespace}\0{row.name}\0{spec.idempotency_key}".encode()
+    ).hexdigest()
+    return "k-" + digest[:40]
+
+
+def prepare(row: Queue, specs: list[InvocationSubmit], keys: IdempotencyKeys) -> list[Prepared]:
+    """Validate every invocation of a submit and encode it; all or nothing.
+
+    Raises:
+        Invalid: an invocation is malformed (the message says which, by index).
+        TooLarge: an invocation does not fit in one message.
+    """
+    out: list[Prepared] = []
+    submitted_at = now()
+    for i, spec in enumerate(specs):
+        where = f"invocation {i}" if len(specs) > 1 else "the invocation"
+        _check(row, spec, where)
+        inv_id = keys.id_for(spec.idempotency_key) if spec.idempotency_key else new_id()
+        payload = codec.encode(
+            Invocation(
+                id=inv_id,
+                namespace=row.namespace,
+                queue=row.name,
+                fn=spec.fn,
+                args=spec.args,
+                kwargs=spec.kwargs,
+                command=spec.command,
+                env=spec.env,
+                priority=spec.priority,
+                timeout_s=spec.timeout_s,
+                max_attempts=spec.max_attempts,
+                submitted_at=submitted_at,
+            )
+        )
+        if len(payload) > MAX_PAYLOAD_BYTES:
+            raise TooLarge(
+                f"{where} is {len(payload)} bytes encoded, more than {MAX_PAYLOAD_BYTES}; "
+                "pass large inputs by reference (a path or URL) instead of in args"
+            )
+        out.append(Prepared(inv_id, msg_id_for(row, spec, inv_id), spec.priority, payload, spec))
+    return out
+
+
+def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
+    if (spec.fn is None) == (spec.command is None):
+        raise Invalid(f"{where} needs exactly one of fn ('module:qualname') or command (argv)")
+    if spec.fn is not None and not _FN_RE.match(spec.fn):
+        raise Invalid(f"{where}: fn {spec.fn!r} must look like 'package.module:function'")
+    if spec.command is not None and not spec.command:
+        raise Invalid(f"{where}: command must be a non-empty argv list")
+    if spec.priority and row.kind is QueueKind.FIFO:
+        raise Invalid(
+            f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "
+            "priorities need a queue created with --kind priority"
+        )
+
+
+async def admit(
+    bus: NatsBus, row: Queue, items: list[Prepared], *, levels: int, wait_s: float
+) -> tuple[list[Published], list[InvocationEvent]]:
+    """Publish ``items`` under the queue's ``on_full`` policy.
+
+    Returns:
+        One :class:`Published` per item, and the ``dropped`` events of evicted invocations.
+
+    Raises:
+        QueueFull: ``reject``, or ``block`` past ``wait_s``; says how many were admitted.
+    """
+    published = await bus.publish_work(
+        row.namespace, row.name, [(p.payload, p.level, p.msg_id) for p in items]
+    )
+    dropped: list[InvocationEvent] = []
+    deadline = time.monotonic() + wait_s
+    delay, growth, cap = BLOCK_BACKOFF_S
+    for i, outcome in enumerate(published):
+        while outcome is None:
+            if row.on_full is OnFull.DROP_OLDEST:
+                oldest = await bus.oldest_pending(row.namespace, row.name, levels=levels)
+                if oldest is None:
+                    _full(row, i, len(items), "every stored invocation is running")
+                elif await bus.delete_message(row.namespace, row.name, oldest[0]):
+                    dropped.append(_dropped_event(row, *oldest))
+            elif row.on_full is OnFull.BLOCK and time.monotonic() < deadline:
+                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * growth, cap)
+            else:
+                _full(row, i, len(items), "")
+            p = items[i]
+            [outcome] = await bus.publish_work(
+                row.namespace, row.name, [(p.payload, p.level, p.msg_id)]
+            )
+        published[i] = outcome
+    return published, dropped  # type: ignore[return-value]
+
+
+def _full(row: Queue, index: int, total: int, why: str) -> None:
+    admitted = f"; the first {index} of {total} were admitted" if index else ""
+    reason = f" ({why})" if why else ""
+    raise QueueFull(
+        f"queue {row.name!r} is full: max_depth {row.max_depth} reached{reason}{admitted}; "
+        "retry later, raise --max-depth, or set --on-full block / drop_oldest"
+    )
+
+
+def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
+    evicted = codec.decode(payload, Invocation)
+    log.info("invocation %s dropped from full queue %s/%s", evicted.id, row.namespace, row.name)
+    return InvocationEvent(
+        namespace=row.namespace,
+        queue=row.name,
+        invocation_id=evicted.id,
+        ts=now(),
+        type=EventType.DROPPED,
+        detail={"seq": seq, "reason": "on_full drop_oldest"},
+    )
+
+
+def submitted_events(
+    row: Queue, items: list[Prepared], published: list[Published]
+) -> list[InvocationEvent]:
+    ts = now()
+    return [
+        InvocationEvent(
+            namespace=row.namespace,
+            queue=row.name,
+            invocation_id=p.id,
+            ts=ts,
+            type=EventType.SUBMITTED,
+            detail={
+                "seq": pub.seq,
+                "priority": p.spec.priority,
+                "fn": p.spec.fn,
+                "command": p.spec.command,
+                "max_attempts": p.spec.max_attempts,
+                "timeout_s": p.spec.timeout_s,
+                "idempotency_key": p.spec.idempotency_key,
+            },
+        )
+        for p, pub in zip(items, published, strict=True)
+        if not pub.duplicate
+    ]
+
+
+def event_batches(events: list[InvocationEvent], size: int = 1000) -> list[EventBatch]:
+    """Split events into batches that fit in one NATS message."""
+    return [EventBatch(events=events[i : i + size]) for i in range(0, len(events), size)]

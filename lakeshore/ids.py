@@ -1,0 +1,35 @@
+"""Time-ordered invocation ids (UUIDv7, RFC 9562): sorting ids sorts by submission time."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+
+def new_id() -> str:
+    """A UUIDv7 string; ids made in one process are strictly increasing.
+
+    Within one millisecond a 12-bit counter (``rand_a``) keeps the order; the remaining
+    62 bits are random.
+    """
+    global _last_ms, _counter
+    with _lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _last_ms:
+            _counter += 1
+            if _counter > 0xFFF:
+                _last_ms += 1
+                _counter = 0
+            ms = _last_ms
+        else:
+            _last_ms, _counter = ms, 0
+        counter = _counter
+    rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
+    return str(uuid.UUID(int=value))
