@@ -59,6 +59,7 @@ class ControlPlane:
                 await self.nats.start()
                 self.nats_url = self.nats.url
             self.bus = await NatsBus.connect(self.nats_url, replicas=self.settings.replicas)
+            await self.bus.ensure_shared()
             self.store = await open_store(self.data_dir / "lakeshore.duckdb")
             self.admin_token = await access.bootstrap(self.store)
             self.workers = await self.runtime.spawn(

@@ -211,11 +211,10 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 continue
             if overdue:
                 new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
-                await self._save(new)
-                lost.append(new)
                 log.warning(
                     "worker %s (%s) is lost: no heartbeat since %s", w.name, w.id, w.last_heartbeat
                 )
+                # The events go first so that whoever sees the status also finds the why.
                 for q in w.queues or [DEFAULT_QUEUE]:
                     await self._store.append_queue_event(
                         w.namespace,
@@ -225,10 +224,12 @@ class WorkerRegistry(Actor[WorkerMsg]):
                         {
                             "worker": w.id,
                             "name": w.name,
-                            "last_heartbeat": str(w.last_heartbeat),
                             "current": w.current,
+                            "last_heartbeat": str(w.last_heartbeat),
                         },
                     )
+                await self._save(new)
+                lost.append(new)
         return lost
 
     async def _edit(self, msg: EditQueues) -> Worker:

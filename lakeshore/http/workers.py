@@ -5,12 +5,12 @@ from __future__ import annotations
 from aiohttp import web
 from msgspec import Struct
 
-from lakeshore.actors.workers import EditQueues
+from lakeshore.actors.workers import EditQueues, Retire
 from lakeshore.errors import WorkerNotFound
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import PLANE
-from lakeshore.model import MembershipEdit, Worker
+from lakeshore.model import DaemonControl, MembershipEdit, Worker
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/workers"
@@ -50,3 +50,18 @@ async def edit_queues(request: web.Request) -> web.Response:
         ns.name, request.match_info["id"], body.add, body.remove, caller(request).token_id
     )
     return reply(await request.app[PLANE].workers.ask(edit))
+
+
+@routes.route(
+    "DELETE",
+    BASE + "/{id}",
+    "Retire a worker: it finishes its current run, then exits",
+    answer=Worker,
+    status=202,
+)
+async def retire(request: web.Request) -> web.Response:
+    ns = await namespace(request)
+    plane = request.app[PLANE]
+    worker = await plane.workers.ask(Retire(ns.name, request.match_info["id"]))
+    await plane.bus.send_control(ns.name, worker.id, DaemonControl(retire=True))
+    return reply(worker, status=202)

@@ -377,6 +377,10 @@ class Client:
         """One worker, by id or name."""
         return Call(self, Worker, "GET", self._ns(namespace, "workers", ref))
 
+    def worker_retire(self, ref: str, *, namespace: str | None = None) -> Call[Worker]:
+        """Retire a worker: it finishes its current run, then exits."""
+        return Call(self, Worker, "DELETE", self._ns(namespace, "workers", ref))
+
     def worker_queues(
         self,
         ref: str,

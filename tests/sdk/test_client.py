@@ -157,6 +157,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.worker_show("x"),
         c.worker_queues("x"),
         c.submit("x", []),
+        c.worker_retire("x"),
     ]
     paths = (await client.openapi())["paths"]
     served = {

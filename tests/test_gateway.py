@@ -1,0 +1,111 @@
+"""The NATS front door: register, heartbeat (membership, retire, liveness), fast submit."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import nats
+import pytest_asyncio
+
+from lakeshore.bus import codec
+from lakeshore.model import (
+    ErrorBody,
+    FastSubmit,
+    Heartbeat,
+    HeartbeatReply,
+    InvocationSubmit,
+    SubmitAnswer,
+    Worker,
+    WorkerRegister,
+    WorkerStatus,
+    now,
+)
+
+
+@pytest_asyncio.fixture
+async def nc(nats_server):
+    conn = await nats.connect(nats_server.url)
+    yield conn
+    await conn.close()
+
+
+async def _request(nc, subject: str, body, answer_type):
+    reply = await nc.request(subject, codec.encode(body), timeout=5)
+    try:
+        return codec.decode(reply.data, answer_type)
+    except msgspec.ValidationError:
+        return codec.decode(reply.data, ErrorBody)
+
+
+async def _beat(nc, worker: Worker, status=WorkerStatus.IDLE) -> HeartbeatReply:
+    hb = Heartbeat(worker_id=worker.id, namespace=worker.namespace, status=status, ts=now())
+    return await _request(nc, f"ls.{worker.namespace}.hb.{worker.id}", hb, HeartbeatReply)
+
+
+async def test_register_and_heartbeat_carry_membership(api, nc):
+    await api.post("/v1/namespaces/default/queues", {"name": "eval"})
+    reg = WorkerRegister(namespace="default", name="daemon-b", queues=["eval"])
+    worker = await _request(nc, "ls.default.register", reg, Worker)
+    assert isinstance(worker, Worker) and worker.status == WorkerStatus.IDLE
+    assert (await _beat(nc, worker)).queues == ["eval"]
+    await api.post(f"/v1/namespaces/default/workers/{worker.id}/queues", {"remove": ["eval"]})
+    reply = await _beat(nc, worker, WorkerStatus.BUSY)
+    assert reply.queues == [] and not reply.retire
+    body = (await api.get("/v1/namespaces/default/workers/daemon-b"))[1]
+    assert body["status"] == "busy"
+
+
+async def test_register_in_an_unknown_namespace_is_refused(nc, control_plane):
+    reg = WorkerRegister(namespace="nowhere", name="w")
+    answer = await _request(nc, "ls.nowhere.register", reg, Worker)
+    assert isinstance(answer, ErrorBody) and answer.error.code == "namespace_not_found"
+
+
+async def test_an_unknown_worker_is_told_to_register(nc, control_plane):
+    ghost = Worker(id="w-ghost", name="ghost", namespace="default", started_at=now())
+    assert (await _beat(nc, ghost)).unknown
+
+
+async def test_retire_is_in_the_heartbeat_reply(api, nc):
+    worker = await _request(
+        nc, "ls.default.register", WorkerRegister(namespace="default", name="r"), Worker
+    )
+    status, body = await api.request("DELETE", "/v1/namespaces/default/workers/r")
+    assert status == 202 and body["status"] == "retiring"
+    reply = await _beat(nc, worker, WorkerStatus.BUSY)
+    assert reply.retire
+    await _beat(nc, worker, WorkerStatus.STOPPED)
+    assert (await api.get("/v1/namespaces/default/workers/r"))[1]["status"] == "stopped"
+
+
+async def test_a_silent_worker_is_marked_lost_and_comes_back(plane_factory, nc):
+    handle = await plane_factory(lost_after_s=0.3, heartbeat_s=0.1)
+    async with handle.client() as api:
+        await api.get("/v1/namespaces/default/queues/default")
+    worker = await _request(
+        nc, "ls.default.register", WorkerRegister(namespace="default", name="quiet"), Worker
+    )
+    async with handle.client() as api:
+        async with asyncio.timeout(10):
+            while (await api.get("/v1/namespaces/default/workers/quiet"))[1]["status"] != "lost":
+                await asyncio.sleep(0.05)
+        events = (await api.get("/v1/namespaces/default/queues/default/events"))[1]["events"]
+        assert events[0]["type"] == "daemon_lost"
+        await _beat(nc, worker)
+        assert (await api.get("/v1/namespaces/default/workers/quiet"))[1]["status"] == "idle"
+
+
+async def test_fast_submit_over_nats(api, nc, control_plane):
+    await api.post("/v1/namespaces/default/queues", {"name": "q"})
+    body = FastSubmit(
+        token=control_plane.admin_token,
+        invocations=[InvocationSubmit(fn="m:f"), InvocationSubmit(fn="m:g")],
+    )
+    answer = await _request(nc, "ls.default.submit.q", body, SubmitAnswer)
+    assert isinstance(answer, SubmitAnswer) and len(answer.ids) == 2
+    bad = FastSubmit(token="lsk_nope", invocations=[InvocationSubmit(fn="m:f")])
+    answer = await _request(nc, "ls.default.submit.q", bad, SubmitAnswer)
+    assert isinstance(answer, ErrorBody) and answer.error.code == "unauthorized"
+    reply = await nc.request("ls.default.submit.q", b"{not json", timeout=5)
+    assert codec.decode(reply.data, ErrorBody).error.code == "invalid"
