@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 async def connect_nats(url: str, *, name: str) -> NatsClient:
     """Connect to ``url``; the client then reconnects on its own after any loss.
 
+    ``url`` may list several servers of a cluster, comma-separated.
+
     Raises:
         Unavailable: NATS cannot be reached.
         NatsTooOld: the server is older than 2.12 (it would silently ignore settings
@@ -36,7 +38,7 @@ async def connect_nats(url: str, *, name: str) -> NatsClient:
 
     try:
         nc = await nats.connect(
-            url,
+            [u.strip() for u in url.split(",") if u.strip()],
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,

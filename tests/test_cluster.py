@@ -1,0 +1,93 @@
+"""The production shape: deploy/nats/*.conf as a 3-node JetStream cluster, queues at R3."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from pathlib import Path
+
+import nats
+
+from lakeshore.actors.directory import CreateQueue
+from lakeshore.config import ServerSettings
+from lakeshore.errors import Unavailable
+from lakeshore.model import QueueCreate
+from lakeshore.plane import ControlPlane
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+CONFS = sorted((DEPLOY / "nats").glob("n*.conf"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _local_conf(conf: Path, tmp: Path, cluster_ports: list[int], index: int) -> Path:
+    """The deploy config with loopback addresses, free ports and a temporary store."""
+    text = conf.read_text()
+    # The store comes from -sd (the launcher's flag), which may not be given twice.
+    text = text.replace("store_dir: /data/nats\n", "")
+    text = re.sub(r"listen: 0\.0\.0\.0:6222", f"listen: 127.0.0.1:{cluster_ports[index]}", text)
+    text = re.sub(r"http: .*\n", "", text)
+    for i, port in enumerate(cluster_ports):
+        text = text.replace(f"nats-route://nats-{i + 1}:6222", f"nats-route://127.0.0.1:{port}")
+    out = tmp / conf.name
+    out.write_text(text)
+    return out
+
+
+async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_factory, tmp_path):
+    assert len(CONFS) == 3
+    cluster_ports = [_free_port() for _ in CONFS]
+    confs = [_local_conf(c, tmp_path, cluster_ports, i) for i, c in enumerate(CONFS)]
+    nodes = await asyncio.gather(
+        *(
+            nats_server_factory(store_dir=tmp_path / f"store-{i}", extra_args=["-c", str(c)])
+            for i, c in enumerate(confs)
+        )
+    )
+    url = ",".join(n.url for n in nodes)
+    plane = ControlPlane(
+        ServerSettings(data_dir=tmp_path / "plane", port=0, nats_url=url, replicas=3)
+    )
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                await plane.start()
+                break
+            except Unavailable:
+                # No JetStream meta leader yet: the cluster is still electing one.
+                plane = ControlPlane(plane.settings)
+                await asyncio.sleep(0.2)
+    try:
+        await plane.directory.ask(CreateQueue("default", QueueCreate(name="train"), None))
+        nc = await nats.connect(url.split(","))
+        js = nc.jetstream()
+        si = await js.stream_info("LS_default_train")
+        assert si.config.num_replicas == 3 and len(si.cluster.replicas) == 2
+        for i in range(20):
+            await js.publish("ls.default.q.train.p0", b"%d" % i, headers={"Nats-Msg-Id": str(i)})
+        leader = si.cluster.leader
+        [victim] = [n for n in nodes if f"test-{nodes.index(n) + 1}" == leader] or nodes[:1]
+        await victim.kill()
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    await js.publish(
+                        "ls.default.q.train.p0",
+                        b"after",
+                        headers={"Nats-Msg-Id": "after"},
+                        timeout=2,
+                    )
+                    break
+                except Exception:
+                    await asyncio.sleep(0.2)
+            while (await js.stream_info("LS_default_train")).state.messages != 21:
+                await asyncio.sleep(0.1)
+        await nc.close()
+    finally:
+        await plane.stop()
