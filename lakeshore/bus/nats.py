@@ -24,7 +24,6 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DiscardPolicy,
-    KeyValueConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -39,9 +38,6 @@ log = logging.getLogger(__name__)
 
 #: A retried submit inside this window is deduplicated by its Nats-Msg-Id (seconds).
 DUPLICATE_WINDOW_S = 600.0
-#: Lifecycle events and results are kept this long (seconds).
-EVENTS_MAX_AGE_S = 7 * 24 * 3600.0
-RESULTS_TTL_S = 7 * 24 * 3600.0
 #: JetStream's error code for a publish refused by ``max_msgs`` with ``discard=new``.
 ERR_STREAM_FULL = 10077
 #: Concurrent publishes in flight per window (sequential publishes are ~5x slower).
@@ -94,32 +90,6 @@ class NatsBus:
 
     async def close(self) -> None:
         await self._nc.close()
-
-    async def ensure_shared(self) -> None:
-        """Create or update what every queue shares: the events stream and results bucket."""
-        cfg = StreamConfig(
-            name=subjects.EVENTS_STREAM,
-            subjects=[subjects.EVENTS_SUBJECTS],
-            retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE,
-            max_age=EVENTS_MAX_AGE_S,
-            num_replicas=self._replicas,
-        )
-        async with self._errors("ensure the events stream"):
-            try:
-                await self._js.stream_info(cfg.name)
-                await self._js.update_stream(cfg)
-            except jse.NotFoundError:
-                await self._js.add_stream(cfg)
-            await self._js.create_key_value(
-                KeyValueConfig(
-                    bucket=subjects.RESULTS_BUCKET,
-                    history=1,
-                    ttl=RESULTS_TTL_S,
-                    storage=StorageType.FILE,
-                    replicas=self._replicas,
-                )
-            )
 
     async def ensure_queue(
         self, namespace: str, queue: str, *, levels: int, max_depth: int | None

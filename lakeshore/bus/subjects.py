@@ -78,3 +78,11 @@ RECORDER_CONSUMER = "recorder"
 def result_key(namespace: str, invocation_id: str, epoch: int) -> str:
     """Results are keyed per attempt, so a stale attempt never overwrites the accepted one."""
     return f"{namespace}.{invocation_id}.{epoch}"
+
+
+def event_subject_parts(subject: str) -> tuple[str, str] | None:
+    """``(namespace, queue)`` of an :func:`event_subject`; ``None`` for any other subject."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[0] != "ls" or parts[2] != "evt":
+        return None
+    return parts[1], parts[3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -25,8 +26,10 @@ from lakeshore.model import (
     QueueState,
     QueueStats,
     WorkerStatus,
+    now,
     validate_name,
 )
+from lakeshore.store.jobs import QueueActivity
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/queues"
@@ -196,10 +199,16 @@ async def stats(request: web.Request) -> web.Response:
     live = [w for w in members if w.status is not WorkerStatus.LOST]
     busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
     counts = await plane.bus.queue_counts(ns.name, row.name, levels=levels_of(row.kind))
-    return reply(_stats(row, len(live), busy, counts))
+    at = now()
+    # submitted / succeeded / failed and the waits are over the last 5 minutes (spec/api.md).
+    recent = await plane.store.queue_activity(ns.name, row.name, at - timedelta(minutes=5))
+    return reply(_stats(row, len(live), busy, counts, recent, at))
 
 
-def _stats(row: Queue, daemons: int, busy: int, counts: Any) -> QueueStats:
+def _stats(
+    row: Queue, daemons: int, busy: int, counts: Any, recent: QueueActivity, at: datetime
+) -> QueueStats:
+    oldest = recent.oldest_pending_at
     return QueueStats(
         namespace=row.namespace,
         queue=row.name,
@@ -211,4 +220,10 @@ def _stats(row: Queue, daemons: int, busy: int, counts: Any) -> QueueStats:
         depth=counts.depth,
         state=row.state,
         max_depth=row.max_depth,
+        oldest_pending_age_s=None if oldest is None else max(0.0, (at - oldest).total_seconds()),
+        submitted=recent.submitted,
+        succeeded=recent.succeeded,
+        failed=recent.failed,
+        wait_p50_s=recent.wait_p50_s,
+        wait_p95_s=recent.wait_p95_s,
     )

@@ -115,6 +115,18 @@ class QueueStats(Struct, frozen=True, kw_only=True):
     depth: int
     state: QueueState
     max_depth: int | None = None
+    #: seconds since the oldest pending invocation was submitted (null: none pending)
+    oldest_pending_age_s: float | None = None
+    #: invocations submitted in the last 5 minutes
+    submitted: int = 0
+    #: invocations that succeeded in the last 5 minutes
+    succeeded: int = 0
+    #: invocations that failed (no attempts left) in the last 5 minutes
+    failed: int = 0
+    #: median wait, submitted → first started, of invocations started in the last 5 minutes
+    wait_p50_s: float | None = None
+    #: 95th percentile of the same wait (seconds)
+    wait_p95_s: float | None = None
 
 
 class QueueEvent(Struct, frozen=True, kw_only=True):

@@ -25,9 +25,11 @@ import msgspec
 
 from lakeshore import errors
 from lakeshore.model import Namespace, Queue, QueueEvent, QueueState, Token, Worker, now
+from lakeshore.model.providers import Provider
 from lakeshore.store import _rows
 from lakeshore.store import migrations as mig
-from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
+from lakeshore.store import providers as prov
+from lakeshore.store.jobs import JobQueries
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -56,11 +58,12 @@ _INSERT_QUEUE_EVENT = (
 )
 
 
-class Store:
+class Store(JobQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
     Uniqueness checks followed by a write are atomic without a transaction: this store is
     the file's only connection (DuckDB locks the file) and its calls run one at a time.
+    The job and history queries are in :mod:`lakeshore.store.jobs`.
     """
 
     def __init__(self, con: Con, executor: ThreadPoolExecutor) -> None:
@@ -339,49 +342,28 @@ class Store:
             lambda con: _rows.fetch(con, QueueEvent, sql, [namespace, queue, limit])
         )
 
-    # ---- invocation events ----------------------------------------------------------
+    # ---- invocation events and jobs: see lakeshore.store.jobs (mixed in) ------------
 
-    async def append_invocation_events(
-        self, rows: Sequence[tuple[Any, ...] | msgspec.Struct]
-    ) -> int:
-        """Append a batch of invocation events in one statement.
+    # ---- providers (SQL in lakeshore.store.providers) ----------------------------------
 
-        Args:
-            rows: tuples in :data:`INVOCATION_EVENT_COLUMNS` order, or Structs with those
-                attributes. ``detail`` is any JSON-encodable value or ``None``.
-
-        Returns:
-            The number of rows appended.
+    async def insert_provider(self, p: Provider) -> None:
+        """Add a provider row.
 
         Raises:
-            ValueError: a tuple has the wrong number of values; nothing is appended.
+            errors.AlreadyExists: the namespace has a provider of that name.
         """
-        if not rows:
-            return 0
+        await self._run(lambda con: prov.insert(con, p))
 
-        def work(con: Con) -> int:
-            con.execute(_rows.INSERT_INVOCATION_EVENTS, _rows.invocation_columns(rows))
-            return len(rows)
+    async def get_provider(self, namespace: str, name: str) -> Provider | None:
+        return await self._run(lambda con: prov.get(con, namespace, name))
 
-        return await self._run(work)
+    async def list_providers(self, namespace: str) -> list[Provider]:
+        """The namespace's stored providers, by name (the built-in ``local`` is not stored)."""
+        return await self._run(lambda con: prov.list_(con, namespace))
 
-    async def list_invocation_events(
-        self, namespace: str, invocation_id: str
-    ) -> list[tuple[Any, ...]]:
-        """Events of one invocation, oldest first, as :data:`INVOCATION_EVENT_COLUMNS` tuples.
-
-        ``detail`` is decoded back from JSON.
-        """
-        sql = (
-            _rows.select("invocation_events", INVOCATION_EVENT_COLUMNS)
-            + " WHERE namespace = ? AND invocation_id = ? ORDER BY ts, attempt"
-        )
-
-        def work(con: Con) -> list[tuple[Any, ...]]:
-            rows = con.execute(sql, [namespace, invocation_id]).fetchall()
-            return [(*row[:-1], _rows.from_json(row[-1])) for row in rows]
-
-        return await self._run(work)
+    async def delete_provider(self, namespace: str, name: str) -> Provider | None:
+        """Delete a provider row; returns it as it was, or ``None`` if there was none."""
+        return await self._run(lambda con: prov.delete(con, namespace, name))
 
 
 def _connect(path: Path, migrations: Sequence[mig.Migration]) -> Con:

@@ -1,0 +1,259 @@
+"""The control plane's side of lifecycle events and results on JetStream.
+
+Producers (queue actors, daemons) publish :class:`~lakeshore.model.EventBatch` messages on
+``ls.<ns>.evt.<queue>``; the Limits-retention stream ``LS_EVENTS`` keeps them for 7 days
+and the Recorder drains it through the durable pull consumer ``recorder``. Daemons put each
+attempt's :class:`~lakeshore.model.Result` in the KV bucket ``LS_RESULTS`` under
+``<ns>.<id>.<epoch>``. The control plane creates all three, idempotently, on every start.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js import errors as jse
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+    StreamInfo,
+)
+from nats.js.kv import KeyValue
+
+from lakeshore.bus import codec, subjects
+from lakeshore.errors import Unavailable
+from lakeshore.model import EventBatch, Result
+
+log = logging.getLogger(__name__)
+
+#: Events are kept this long in ``LS_EVENTS`` (seconds).
+EVENTS_MAX_AGE_S = 7 * 24 * 3600.0
+#: Results are kept this long in ``LS_RESULTS`` (seconds).
+RESULTS_TTL_S = 7 * 24 * 3600.0
+#: An event message fetched but not acked within this is redelivered (seconds).
+RECORDER_ACK_WAIT_S = 30.0
+#: Event messages the Recorder may hold unacked (far above one fetch).
+RECORDER_MAX_ACK_PENDING = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event message as the Recorder sees it; ack it with :meth:`EventFeed.ack`."""
+
+    batch: EventBatch
+    #: the message's ``LS_EVENTS`` stream sequence
+    seq: int
+    #: how many times it was delivered (1: never before, so it cannot have been recorded)
+    delivered: int
+    msg: Msg
+
+
+async def ensure_events_stream(
+    js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = RECORDER_ACK_WAIT_S
+) -> StreamInfo:
+    """Create or update ``LS_EVENTS`` and its ``recorder`` consumer; returns the stream."""
+    cfg = StreamConfig(
+        name=subjects.EVENTS_STREAM,
+        subjects=[subjects.EVENTS_SUBJECTS],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=EVENTS_MAX_AGE_S,
+        num_replicas=replicas,
+    )
+    try:
+        await js.stream_info(cfg.name)
+        info = await js.update_stream(cfg)
+    except jse.NotFoundError:
+        info = await js.add_stream(cfg)
+    await js.add_consumer(
+        cfg.name,
+        ConsumerConfig(
+            durable_name=subjects.RECORDER_CONSUMER,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait_s,
+            max_ack_pending=RECORDER_MAX_ACK_PENDING,
+            num_replicas=replicas,
+        ),
+    )
+    return info
+
+
+async def ensure_results_bucket(js: JetStreamContext, *, replicas: int = 1) -> KeyValue:
+    """Bind ``LS_RESULTS``, creating it (history 1, 7 days TTL) when it does not exist."""
+    try:
+        return await js.key_value(subjects.RESULTS_BUCKET)
+    except jse.BucketNotFoundError:
+        return await js.create_key_value(
+            KeyValueConfig(
+                bucket=subjects.RESULTS_BUCKET,
+                history=1,
+                ttl=RESULTS_TTL_S,
+                storage=StorageType.FILE,
+                replicas=replicas,
+            )
+        )
+
+
+class EventFeed:
+    """Pulls event batches for the Recorder and reads results; one per control plane.
+
+    Args:
+        nc: a connected client (the control plane's bus connection); not closed here.
+        replicas: JetStream replicas of the stream, consumer and bucket it creates.
+        ack_wait_s: a fetched message not acked within this is redelivered (seconds).
+    """
+
+    def __init__(
+        self, nc: NatsClient, *, replicas: int = 1, ack_wait_s: float = RECORDER_ACK_WAIT_S
+    ) -> None:
+        self._js = nc.jetstream(timeout=5)
+        self._replicas, self._ack_wait_s = replicas, ack_wait_s
+        self._sub: JetStreamContext.PullSubscription | None = None
+        self._kv: KeyValue | None = None
+
+    async def ensure(self) -> None:
+        """Create or update the stream, consumer and bucket, and bind the pull subscription.
+
+        Idempotent; the Recorder calls it at every start and when its consumer vanished.
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        try:
+            await ensure_events_stream(
+                self._js, replicas=self._replicas, ack_wait_s=self._ack_wait_s
+            )
+            self._kv = await ensure_results_bucket(self._js, replicas=self._replicas)
+            if self._sub is None:
+                self._sub = await self._js.pull_subscribe_bind(
+                    subjects.RECORDER_CONSUMER, stream=subjects.EVENTS_STREAM
+                )
+        except (nats.errors.Error, jse.Error, TimeoutError, OSError) as e:
+            raise Unavailable(
+                f"cannot set up the events stream {subjects.EVENTS_STREAM}: {e}"
+            ) from e
+
+    async def close(self) -> None:
+        """Drop the pull subscription; undelivered messages stay in the stream."""
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error as e:
+                log.debug("events feed: unsubscribe failed: %s", e)
+
+    async def fetch(self, max_batch: int, timeout_s: float) -> list[Delivery]:
+        """Wait up to ``timeout_s`` for event messages; returns as soon as one is there.
+
+        Messages that do not decode as an ``EventBatch`` are terminated (never redelivered)
+        and not returned; events naming another namespace or queue than their subject are
+        dropped from their batch. Both are logged.
+
+        Returns:
+            Up to ``max_batch`` deliveries in stream order; ``[]`` when none came in time.
+
+        Raises:
+            Unavailable: NATS failed otherwise (the caller retries).
+        """
+        if self._sub is None:
+            await self.ensure()
+        assert self._sub is not None
+        try:
+            msgs = await self._sub.fetch(max_batch, timeout=timeout_s)
+        except TimeoutError:
+            return []
+        except jse.ServiceUnavailableError as e:
+            log.warning("events feed: consumer unavailable (%s); re-ensuring it", e)
+            await self.ensure()
+            return []
+        except (nats.errors.Error, jse.Error) as e:
+            raise Unavailable(f"cannot fetch from {subjects.EVENTS_STREAM}: {e}") from e
+        out = []
+        for msg in msgs:
+            delivery = await self._decode(msg)
+            if delivery is not None:
+                out.append(delivery)
+        return out
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge recorded deliveries (fire and forget: a lost ack means a redelivery,
+        which the Recorder recognises)."""
+        for d in deliveries:
+            try:
+                await d.msg.ack()
+            except nats.errors.MsgAlreadyAckdError:
+                pass
+            except nats.errors.Error as e:
+                log.warning("events feed: ack of message %d failed: %s", d.seq, e)
+
+    async def progress(self) -> tuple[int, int]:
+        """``(ack_floor, last_seq)``: every message at or below the ack floor is acked for
+        good; no message above ``last_seq`` exists.
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        try:
+            ci = await self._js.consumer_info(subjects.EVENTS_STREAM, subjects.RECORDER_CONSUMER)
+            si = await self._js.stream_info(subjects.EVENTS_STREAM)
+        except (nats.errors.Error, jse.Error, TimeoutError) as e:
+            raise Unavailable(f"cannot read the progress of {subjects.EVENTS_STREAM}: {e}") from e
+        floor = ci.ack_floor.stream_seq if ci.ack_floor is not None else 0
+        return floor, si.state.last_seq
+
+    async def get_result(self, namespace: str, invocation_id: str, epoch: int) -> Result | None:
+        """The result an attempt stored, or ``None`` (never stored, or expired).
+
+        Raises:
+            Unavailable: NATS did not answer.
+        """
+        if self._kv is None:
+            await self.ensure()
+        assert self._kv is not None
+        key = subjects.result_key(namespace, invocation_id, epoch)
+        try:
+            entry = await self._kv.get(key)
+        except jse.KeyNotFoundError:
+            return None
+        except (nats.errors.Error, jse.Error, TimeoutError) as e:
+            raise Unavailable(f"cannot read result {key}: {e}") from e
+        try:
+            return codec.decode(entry.value or b"", Result)
+        except (msgspec.ValidationError, msgspec.DecodeError) as e:
+            log.warning("result %s does not decode: %s", key, e)
+            return None
+
+    async def _decode(self, msg: Msg) -> Delivery | None:
+        meta = msg.metadata
+        where = subjects.event_subject_parts(msg.subject)
+        try:
+            if where is None:
+                raise ValueError(f"not an event subject: {msg.subject!r}")
+            batch = codec.decode(msg.data, EventBatch)
+        except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as e:
+            seq = meta.sequence.stream
+            log.warning("events feed: dropping message %d on %s: %s", seq, msg.subject, e)
+            await msg.term()
+            return None
+        ns, queue = where
+        events = [e for e in batch.events if e.namespace == ns and e.queue == queue]
+        if len(events) != len(batch.events):
+            dropped = len(batch.events) - len(events)
+            log.warning(
+                "events feed: message %d on %s: dropped %d event(s) of another queue",
+                meta.sequence.stream, msg.subject, dropped,
+            )  # fmt: skip
+            batch = EventBatch(events=events)
+        return Delivery(batch, meta.sequence.stream, meta.num_delivered, msg)

@@ -1,0 +1,147 @@
+"""The Recorder against a real nats-server and a real DuckDB file."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from harness import NS, QUEUE, WAIT_S, Harness, event
+
+from lakeshore.actors.recorder import GetStats, RecorderStats, WaitFinished
+from lakeshore.bus.events import EventFeed, ensure_events_stream
+from lakeshore.model import EventType, InvocationState
+
+S, C, ST = EventType.SUBMITTED, EventType.CLAIMED, EventType.STARTED
+OK, FAIL = EventType.SUCCEEDED, EventType.FAILED
+
+
+async def _stats(h: Harness) -> RecorderStats:
+    assert h.ref is not None
+    return await h.ref.ask(GetStats())
+
+
+async def test_published_batches_are_appended_together_and_then_acked(harness: Harness) -> None:
+    await ensure_events_stream(harness.js)
+    seqs = []
+    for n in range(5):
+        invs = [f"inv-{n}-{i}" for i in range(20)]
+        seqs.append(await harness.publish(*(event(inv, S) for inv in invs)))
+    await harness.start(max_batch=64)
+    await harness.recorded(seqs[-1])
+    stats = await _stats(harness)
+    assert (stats.events, stats.messages, stats.appends) == (100, 5, 1)
+    assert await harness.types("inv-3-7") == ["submitted"]
+    info = await harness.js.consumer_info("LS_EVENTS", "recorder")
+    async with asyncio.timeout(WAIT_S):
+        while info.num_ack_pending or info.ack_floor.stream_seq < seqs[-1]:
+            info = await harness.js.consumer_info("LS_EVENTS", "recorder")
+    assert info.num_pending == 0
+
+
+async def test_a_late_completion_from_a_superseded_epoch_is_stale(harness: Harness) -> None:
+    await harness.start()
+    await harness.publish(event("z", S), event("z", C, 1), event("z", ST, 1))
+    await harness.publish(event("z", C, 2), event("z", ST, 2))
+    await harness.recorded(await harness.publish(event("z", OK, 1)))
+    assert (await _stats(harness)).stale == 1
+    waiting = await harness.ref.ask(WaitFinished(NS, "z"))
+    assert not waiting.done()
+    await harness.publish(event("z", OK, 2))
+    assert await harness.finished("z") is InvocationState.SUCCEEDED
+    assert waiting.result() is InvocationState.SUCCEEDED
+    assert await harness.types("z") == [
+        "submitted", "claimed", "started", "claimed", "started", "stale", "succeeded"
+    ]  # fmt: skip
+    record = await harness.store.get_job(NS, "z")
+    assert record is not None
+    assert (record.job.state, record.result_epoch, record.job.stale) == ("succeeded", 2, 1)
+    assert [a.outcome for a in record.job.attempts] == ["stale", "succeeded"]
+
+
+async def test_a_second_completion_is_stale_in_the_same_fetch_too(harness: Harness) -> None:
+    await ensure_events_stream(harness.js)
+    await harness.publish(event("d", S), event("d", C, 1), event("d", ST, 1), event("d", OK, 1))
+    last = await harness.publish(event("d", FAIL, 1), event("d", OK, 1))
+    await harness.start()
+    await harness.recorded(last)
+    assert await harness.types("d") == [
+        "submitted", "claimed", "started", "succeeded", "stale", "stale"
+    ]  # fmt: skip
+    assert (await _stats(harness)).appends == 1
+
+
+async def test_restart_rebuilds_the_fences_from_duckdb(harness: Harness) -> None:
+    await harness.start()
+    await harness.publish(event("r", S), event("r", C, 1), event("r", ST, 1))
+    await harness.recorded(await harness.publish(event("r", C, 2), event("r", ST, 2)))
+    await harness.publish(event("done", S), event("done", C, 1), event("done", ST, 1))
+    await harness.recorded(await harness.publish(event("done", OK, 1)))
+    await harness.stop()
+
+    await harness.start()
+    assert (await _stats(harness)).unfinished == 1
+    assert await harness.finished("done") is InvocationState.SUCCEEDED
+    await harness.recorded(await harness.publish(event("r", OK, 1), event("done", OK, 1)))
+    assert await harness.types("r") == ["submitted", "claimed", "started", "claimed",
+                                        "started", "stale"]  # fmt: skip
+    assert (await harness.types("done"))[-1] == "stale"
+    await harness.publish(event("r", OK, 2))
+    assert await harness.finished("r") is InvocationState.SUCCEEDED
+
+
+async def test_a_finished_invocation_out_of_memory_is_fenced_from_the_store(
+    harness: Harness,
+) -> None:
+    await harness.start(finished_cache=0)
+    await harness.publish(event("old", S), event("old", C, 1), event("old", ST, 1))
+    await harness.recorded(await harness.publish(event("old", OK, 1)))
+    await harness.publish(event("new", S))
+    await harness.recorded(await harness.publish(event("old", OK, 1)))
+    assert (await harness.types("old"))[-1] == "stale"
+    assert await harness.finished("old") is InvocationState.SUCCEEDED
+
+
+async def test_a_redelivered_message_is_not_recorded_twice(harness: Harness) -> None:
+    class LosingAcks(EventFeed):
+        """A real feed whose acks never reach the server, as after a crash right after
+        the append: JetStream redelivers the message once ``ack_wait`` has passed."""
+
+        async def ack(self, deliveries):
+            return None
+
+    await harness.start(feed=LosingAcks(harness.nc, ack_wait_s=1.0))
+    seq = await harness.publish(event("once", S), event("once", C, 1))
+    await harness.recorded(seq)
+    await harness.stop()
+
+    await harness.start(feed=EventFeed(harness.nc, ack_wait_s=1.0))
+    await harness.recorded(seq)
+    stats = await _stats(harness)
+    assert (stats.messages, stats.events) == (1, 0)
+    assert await harness.types("once") == ["submitted", "claimed"]
+
+
+async def test_undecodable_messages_and_foreign_events_are_dropped(harness: Harness) -> None:
+    await harness.start()
+    await harness.publish_raw(b"not json")
+    await harness.publish_raw(b'{"events": [{"type": "exploded"}]}')
+    spoofed = event("spoof", S, ns="other")
+    seq = await harness.publish(event("good", S), spoofed)
+    await harness.recorded(seq)
+    assert await harness.types("good") == ["submitted"]
+    assert await harness.store.list_invocation_events("other", "spoof") == []
+
+
+async def test_wait_finished_answers_at_once_for_an_invocation_finished_long_ago(
+    harness: Harness,
+) -> None:
+    t0 = datetime.now(UTC) - timedelta(days=1)
+    await harness.store.append_invocation_events(
+        [(NS, QUEUE, "ancient", t0, "submitted", 0, None, None, None),
+         (NS, QUEUE, "ancient", t0, "dropped", 0, None, None, None)]
+    )  # fmt: skip
+    await harness.start(finished_cache=0)
+    assert await harness.finished("ancient") is InvocationState.DROPPED
+    pending = await harness.ref.ask(WaitFinished(NS, "never"))
+    assert not pending.done()
+    pending.cancel()
