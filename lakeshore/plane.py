@@ -16,13 +16,18 @@ from aiohttp import web
 from lakeshore import access
 from lakeshore.actors.base import ActorRef, Runtime
 from lakeshore.actors.directory import QueueDirectory
+from lakeshore.actors.launcher import Launcher, exit_reporter
+from lakeshore.actors.recorder import Recorder
 from lakeshore.actors.workers import Sweep, WorkerRegistry
+from lakeshore.bus.events import EventFeed
 from lakeshore.bus.nats import NatsBus
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.embedded import NatsServer
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
-from lakeshore.model import TokenCreated
+from lakeshore.model import ProviderKind, TokenCreated
+from lakeshore.providers import ExternalProvider, LocalProvider
+from lakeshore.providers import Provider as Backend
 from lakeshore.store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -40,7 +45,12 @@ class ControlPlane:
         self.store: Store
         self.runtime = Runtime(ask_timeout_s=settings.ask_timeout_s)
         self.workers: ActorRef[Any]
+        self.events: EventFeed
+        self.recorder: ActorRef[Any]
         self.directory: ActorRef[Any]
+        self.launcher: ActorRef[Any]
+        #: the launcher's backends, one per provider kind; closed first by stop()
+        self.providers: dict[ProviderKind, Backend] = {}
         self.admin_token: TokenCreated | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -59,13 +69,27 @@ class ControlPlane:
                 await self.nats.start()
                 self.nats_url = self.nats.url
             self.bus = await NatsBus.connect(self.nats_url, replicas=self.settings.replicas)
-            await self.bus.ensure_shared()
             self.store = await open_store(self.data_dir / "lakeshore.duckdb")
             self.admin_token = await access.bootstrap(self.store)
+            # The events stream must exist before any queue actor publishes to it.
+            self.events = EventFeed(self.bus.nc, replicas=self.settings.replicas)
+            await self.events.ensure()
+            self.recorder = await self.runtime.spawn(Recorder(self.store, self.events))
             self.workers = await self.runtime.spawn(
                 WorkerRegistry(self.store, lost_after_s=self.settings.lost_after_s)
             )
             self.runtime.every(self.settings.heartbeat_s, self.workers, Sweep())
+            self.providers = {
+                ProviderKind.LOCAL: LocalProvider(
+                    self.data_dir / "daemons",
+                    exit_reporter(self.workers),
+                    heartbeat_s=self.settings.heartbeat_s,
+                ),
+                ProviderKind.EXTERNAL: ExternalProvider(),
+            }
+            self.launcher = await self.runtime.spawn(
+                Launcher(self.store, self.workers, self.providers, nats_url=self.nats_url)
+            )
             self.directory = await self.runtime.spawn(
                 QueueDirectory(self.runtime, store=self.store, bus=self.bus, workers=self.workers)
             )
@@ -109,6 +133,10 @@ class ControlPlane:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        # Daemons started here go first, while the gateway still records their last
+        # heartbeat (``stopped``).
+        for backend in self.providers.values():
+            await backend.close()
         if self.gateway is not None:
             await self.gateway.stop()
         await self.runtime.shutdown()

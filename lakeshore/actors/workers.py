@@ -20,7 +20,7 @@ import msgspec
 from msgspec import Struct
 
 from lakeshore.actors.base import Actor
-from lakeshore.errors import Invalid, WorkerNotFound
+from lakeshore.errors import AlreadyExists, Invalid, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
     Heartbeat,
@@ -75,9 +75,32 @@ class Snapshot(Struct, frozen=True):
     namespace: str | None = None
 
 
-WorkerMsg = Register | Beat | EditQueues | Scrub | Retire | Sweep | Snapshot
+class Prepare(Struct, frozen=True):
+    """Create the rows of daemons about to be launched (status ``starting``).
+
+    All or nothing: a name held by a live worker (anything but ``stopped`` or ``lost``)
+    refuses the whole batch with 409; a dead worker's row of that name is replaced.
+    """
+
+    namespace: str
+    workers: list[Worker]
+
+
+class Exited(Struct, frozen=True):
+    """A launched daemon's process ended: ``stopped`` if asked to or if it exited 0, else
+    ``lost`` (with a ``daemon_lost`` event naming the exit code)."""
+
+    namespace: str
+    worker_id: str
+    returncode: int | None
+    reason: str
+    requested: bool = False
+
+
+WorkerMsg = Register | Beat | EditQueues | Scrub | Retire | Sweep | Snapshot | Prepare | Exited
 
 _LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.RETIRING})
+_DEAD = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 
 def serves(worker: Worker, queue: str) -> bool:
@@ -136,6 +159,10 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._sweep(now())
             case Snapshot(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
+            case Prepare():
+                return await self._prepare(msg)
+            case Exited():
+                return await self._exited(msg)
 
     def _in(self, ns: str) -> list[Worker]:
         return sorted((w for w in self._rows.values() if w.namespace == ns), key=lambda w: w.name)
@@ -231,6 +258,47 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 await self._save(new)
                 lost.append(new)
         return lost
+
+    async def _prepare(self, msg: Prepare) -> list[Worker]:
+        replaced = []
+        for w in msg.workers:
+            held = self.find(msg.namespace, w.name)
+            if held is not None and held.status not in _DEAD:
+                raise AlreadyExists(
+                    "worker",
+                    w.name,
+                    f" in namespace {msg.namespace!r} and is {held.status}; choose another "
+                    f"--name or stop it first with `lakeshore daemon stop {w.name}`",
+                )
+            if held is not None:
+                replaced.append(held)
+        for old in replaced:
+            await self._store.delete_worker(old.id)
+            self._rows.pop(old.id, None)
+            self._persisted_at.pop(old.id, None)
+            self._retiring.discard(old.id)
+        for w in msg.workers:
+            await self._save(w)
+        return msg.workers
+
+    async def _exited(self, msg: Exited) -> Worker | None:
+        w = self._rows.get(msg.worker_id)
+        if w is None or w.namespace != msg.namespace or w.status is WorkerStatus.STOPPED:
+            return w
+        clean = msg.requested or msg.returncode == 0
+        if w.status is WorkerStatus.LOST and not clean:
+            return w
+        self._retiring.discard(w.id)
+        if clean:
+            new = msgspec.structs.replace(w, status=WorkerStatus.STOPPED, current=None)
+        else:
+            new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
+            detail = {"worker": w.id, "name": w.name, "current": w.current}
+            detail |= {"exit_code": msg.returncode, "reason": msg.reason}
+            for q in w.queues or [DEFAULT_QUEUE]:
+                await self._store.append_queue_event(w.namespace, q, "daemon_lost", None, detail)
+        await self._save(new)
+        return new
 
     async def _edit(self, msg: EditQueues) -> Worker:
         # A queue need not exist yet to be added: membership lives on the worker row, and

@@ -86,3 +86,8 @@ def event_subject_parts(subject: str) -> tuple[str, str] | None:
     if len(parts) != 4 or parts[0] != "ls" or parts[2] != "evt":
         return None
     return parts[1], parts[3]
+
+
+def pull_subject(namespace: str, queue: str, level: int) -> str:
+    """JetStream API subject of a pull request on one level's consumer (a daemon's claim)."""
+    return f"$JS.API.CONSUMER.MSG.NEXT.{queue_stream(namespace, queue)}.{level_consumer(level)}"

@@ -10,8 +10,11 @@ import click
 
 from lakeshore.cli.context import LakeshoreGroup
 from lakeshore.cli.daemon import daemon
+from lakeshore.cli.jobs import jobs
 from lakeshore.cli.namespaces import namespaces
+from lakeshore.cli.providers import providers
 from lakeshore.cli.queues import queues
+from lakeshore.cli.submit import submit
 from lakeshore.cli.tokens import tokens
 
 _LAZY = ("server",)
@@ -46,7 +49,7 @@ def lakeshore() -> None:
     """
 
 
-for _group in (queues, daemon, namespaces, tokens):
+for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers):
     lakeshore.add_command(_group)
 
 

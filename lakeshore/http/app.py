@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from lakeshore.http import invocations, meta, namespaces, queues, workers
+from lakeshore.http import (
+    daemons,
+    invocations,
+    jobs,
+    meta,
+    namespaces,
+    providers,
+    queues,
+    workers,
+)
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
 from lakeshore.http.state import PLANE
@@ -14,7 +23,7 @@ from lakeshore.http.state import PLANE
 if TYPE_CHECKING:
     from lakeshore.plane import ControlPlane
 
-ROUTE_MODULES = (meta, namespaces, queues, invocations, workers)
+ROUTE_MODULES = (meta, namespaces, queues, invocations, jobs, workers, daemons, providers)
 #: Largest request body accepted (bytes); larger answers 413.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 

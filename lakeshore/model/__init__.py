@@ -35,6 +35,15 @@ from lakeshore.model.names import (
     now,
     validate_name,
 )
+from lakeshore.model.providers import (
+    BUILTIN_PROVIDER,
+    MAX_LAUNCH,
+    DaemonLaunch,
+    Launched,
+    Provider,
+    ProviderCreate,
+    ProviderKind,
+)
 from lakeshore.model.queues import (
     Elasticity,
     ElasticityKind,
@@ -93,6 +102,13 @@ __all__ = [
     "QueuePatch",
     "QueueState",
     "QueueStats",
+    "BUILTIN_PROVIDER",
+    "MAX_LAUNCH",
+    "DaemonLaunch",
+    "Launched",
+    "Provider",
+    "ProviderCreate",
+    "ProviderKind",
     "Token",
     "TokenCreate",
     "TokenCreated",

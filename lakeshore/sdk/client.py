@@ -19,16 +19,24 @@ import msgspec
 from lakeshore import errors
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import (
+    DaemonLaunch,
     InvocationSubmit,
+    Job,
+    JobDetail,
+    Launched,
     MembershipEdit,
     Namespace,
     NamespaceCreate,
+    Provider,
+    ProviderCreate,
+    ProviderKind,
     Queue,
     QueueCreate,
     QueueDetail,
     QueueEvent,
     QueuePatch,
     QueueStats,
+    Result,
     SubmitAnswer,
     SubmitBatch,
     Token,
@@ -135,6 +143,18 @@ class Call(Generic[T]):
 
     def __await__(self) -> Generator[Any, None, T]:
         return self._typed().__await__()
+
+
+class _ResultCall(Call["Result | Job"]):
+    """The result route answers two shapes: a finished ``Result`` (which always carries
+    ``ok``) or, while unfinished, the ``Job`` (which never does)."""
+
+    __slots__ = ()
+
+    def decode(self, body: Any) -> Result | Job:
+        finished = not isinstance(body, dict) or "ok" in body
+        shape: Call[Any] = Call(self._client, Result if finished else Job, self.method, self.path)
+        return shape.decode(body)
 
 
 class Client:
@@ -366,6 +386,62 @@ class Client:
         path = self._ns(namespace, "queues", queue, "invocations")
         return Call(self, SubmitAnswer, "POST", path, json=body, params=params)
 
+    # ---- jobs ---------------------------------------------------------------------------
+
+    def jobs_ls(
+        self,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[list[Job]]:
+        """Invocations of the namespace, newest first.
+
+        Args:
+            queue: only this queue's.
+            state: only those in this state (``pending``, ``running``, ``succeeded``, …).
+            limit: at most this many, 1–1000 (the server's default is 100).
+            after: the last id of the previous page, to read the next one.
+        """
+        given = {"queue": queue, "state": state, "limit": limit, "after": after}
+        params: dict[str, str | int] = {k: v for k, v in given.items() if v is not None}
+        path = self._ns(namespace, "jobs")
+        return Call(self, list[Job], "GET", path, key="jobs", params=params or None)
+
+    def job_show(self, job_id: str, *, namespace: str | None = None) -> Call[JobDetail]:
+        """One invocation with its attempts."""
+        return Call(self, JobDetail, "GET", self._ns(namespace, "jobs", job_id))
+
+    def job_result(
+        self, job_id: str, wait_s: float | None = None, *, namespace: str | None = None
+    ) -> Call[Result | Job]:
+        """An invocation's outcome: a :class:`Result` once finished, else its :class:`Job`.
+
+        A cancelled or dropped invocation has finished: its ``Result`` has ``ok`` false and
+        the error type ``lakeshore.Cancelled`` or ``lakeshore.Dropped``. A ``Job`` answer
+        (HTTP 202) means it had not finished when ``wait_s`` ran out.
+
+        Args:
+            wait_s: how long the server may hold the request for the invocation to finish,
+                0–600 seconds (server default 0). Keep it below the client's ``timeout_s``.
+        """
+        params: dict[str, str | int] | None = (
+            {"wait_s": f"{wait_s:.3f}"} if wait_s is not None else None
+        )
+        path = self._ns(namespace, "jobs", job_id, "result")
+        return _ResultCall(self, Result, "GET", path, params=params)
+
+    def job_cancel(self, job_id: str, *, namespace: str | None = None) -> Call[Job]:
+        """Cancel an invocation: a pending one is removed (state ``cancelled``), a running
+        one's daemon is told to stop it (the answer still shows ``running``).
+
+        Raises:
+            Conflict: the invocation had already finished.
+        """
+        return Call(self, Job, "POST", self._ns(namespace, "jobs", job_id, "cancel"))
+
     # ---- workers ------------------------------------------------------------------------
 
     def workers_ls(self, *, namespace: str | None = None) -> Call[list[Worker]]:
@@ -392,3 +468,40 @@ class Client:
         """Edit a worker's membership; it takes effect on the worker's next poll."""
         body = MembershipEdit(add=list(add or []), remove=list(remove or []))
         return Call(self, Worker, "POST", self._ns(namespace, "workers", ref, "queues"), json=body)
+
+    # ---- daemons and providers ----------------------------------------------------------
+
+    def daemons_launch(self, body: DaemonLaunch, *, namespace: str | None = None) -> Call[Launched]:
+        """Launch daemons on a provider; the answer's rows are ``starting`` until each
+        daemon registers (poll :meth:`workers_ls` or :meth:`worker_show`).
+
+        Raises:
+            Conflict: a name is held by a live worker, or the provider is ``external``
+                (its daemons are started by hand with ``lakeshore daemon run``).
+        """
+        return Call(self, Launched, "POST", self._ns(namespace, "daemons"), json=body)
+
+    def providers_add(
+        self,
+        name: str,
+        kind: ProviderKind | str,
+        config: dict[str, Any] | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[Provider]:
+        """Add a provider (an unknown namespace is created in the caller's org)."""
+        body = ProviderCreate(name=name, kind=ProviderKind(kind), config=dict(config or {}))
+        return Call(self, Provider, "POST", self._ns(namespace, "providers"), json=body)
+
+    def providers_ls(self, *, namespace: str | None = None) -> Call[list[Provider]]:
+        """The namespace's providers, the built-in ``local`` first."""
+        path = self._ns(namespace, "providers")
+        return Call(self, list[Provider], "GET", path, key="providers")
+
+    def providers_show(self, name: str, *, namespace: str | None = None) -> Call[Provider]:
+        """One provider."""
+        return Call(self, Provider, "GET", self._ns(namespace, "providers", name))
+
+    def providers_rm(self, name: str, *, namespace: str | None = None) -> Call[Provider]:
+        """Delete a provider; the built-in ``local`` cannot be deleted (409)."""
+        return Call(self, Provider, "DELETE", self._ns(namespace, "providers", name))

@@ -13,6 +13,7 @@ from aiohttp import web
 from lakeshore import errors
 from lakeshore.model import (
     DEFAULT_QUEUE_DESCRIPTION,
+    DaemonLaunch,
     Namespace,
     Queue,
     QueueCreate,
@@ -158,6 +159,15 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.worker_queues("x"),
         c.submit("x", []),
         c.worker_retire("x"),
+        c.daemons_launch(DaemonLaunch(name="x")),
+        c.providers_add("x", "local"),
+        c.providers_ls(),
+        c.providers_show("x"),
+        c.providers_rm("x"),
+        c.jobs_ls(),
+        c.job_show("x"),
+        c.job_result("x"),
+        c.job_cancel("x"),
     ]
     paths = (await client.openapi())["paths"]
     served = {

@@ -1,0 +1,231 @@
+"""Launcher: validates daemon launches, has the rows made, and has a provider start them.
+
+It owns the provider rows' writes and the backends (hence every daemon process the
+control plane started). Worker rows stay the :class:`~lakeshore.actors.workers.WorkerRegistry`'s:
+a launch asks it to ``Prepare`` the rows (status ``starting``), then the backend starts one
+process per row; each daemon registers with the id it was given, which turns its row
+``idle``. A row that never registers is marked ``lost`` by the registry's sweep after its
+launch timeout, or at once when its process exits (see :func:`exit_reporter`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from msgspec import Struct
+
+from lakeshore.actors.base import Actor, ActorRef
+from lakeshore.actors.workers import Exited, Prepare, Snapshot, new_worker_id
+from lakeshore.errors import (
+    AlreadyExists,
+    Conflict,
+    Invalid,
+    NamespaceNotFound,
+    NotFound,
+    WorkerNotFound,
+)
+from lakeshore.model import (
+    BUILTIN_PROVIDER,
+    DEFAULT_QUEUE,
+    DaemonLaunch,
+    Launched,
+    Provider,
+    ProviderCreate,
+    ProviderKind,
+    Worker,
+    WorkerStatus,
+    now,
+    validate_name,
+)
+from lakeshore.providers import ExitCallback, find_provider
+from lakeshore.providers import Provider as Backend
+from lakeshore.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Launch(Struct, frozen=True):
+    """Start ``request.count`` daemons in ``namespace``; answers :class:`Launched`."""
+
+    namespace: str
+    request: DaemonLaunch
+    actor: str | None = None
+
+
+class Stop(Struct, frozen=True):
+    """Force a daemon this control plane started to stop (SIGTERM, then SIGKILL)."""
+
+    namespace: str
+    ref: str
+
+
+class AddProvider(Struct, frozen=True):
+    namespace: str
+    body: ProviderCreate
+
+
+class RemoveProvider(Struct, frozen=True):
+    namespace: str
+    name: str
+
+
+LauncherMsg = Launch | Stop | AddProvider | RemoveProvider
+
+
+class Launcher(Actor[LauncherMsg]):
+    """The one writer of provider rows and owner of the provider backends.
+
+    Args:
+        store: the row store.
+        workers: the WorkerRegistry.
+        backends: one backend per provider kind; the caller closes them at shutdown.
+        nats_url: the NATS URL launched daemons connect to.
+    """
+
+    name = "launcher"
+
+    def __init__(
+        self,
+        store: Store,
+        workers: ActorRef[Any],
+        backends: Mapping[ProviderKind, Backend],
+        *,
+        nats_url: str,
+    ) -> None:
+        self._store = store
+        self._workers = workers
+        self._backends = dict(backends)
+        self._nats_url = nats_url
+
+    async def handle(self, msg: LauncherMsg) -> Any:
+        match msg:
+            case Launch():
+                return await self._launch(msg)
+            case Stop(namespace=ns, ref=ref):
+                return await self._stop(ns, ref)
+            case AddProvider(namespace=ns, body=body):
+                return await self._add(ns, body)
+            case RemoveProvider(namespace=ns, name=name):
+                return await self._remove(ns, name)
+
+    async def _launch(self, msg: Launch) -> Launched:
+        req, ns_name = msg.request, msg.namespace
+        names = daemon_names(req.name, req.count)
+        queues = launch_queues(req.queues)
+        check_labels(req.labels)
+        ns = await self._store.get_namespace(ns_name)
+        if ns is None:
+            raise NamespaceNotFound(ns_name)
+        provider = await find_provider(self._store, ns, req.provider)
+        backend = self._backends[provider.kind]
+        backend.check_launch(provider, self._nats_url)
+        ts = now()
+        rows = [
+            Worker(
+                id=new_worker_id(),
+                name=name,
+                namespace=ns_name,
+                queues=queues,
+                labels=dict(req.labels),
+                provider=provider.name,
+                managed=False,
+                status=WorkerStatus.STARTING,
+                started_at=ts,
+            )
+            for name in names
+        ]
+        rows = await self._workers.ask(Prepare(ns_name, rows))
+        await backend.launch(rows, self._nats_url)
+        log.info("launched %d daemon(s) %s on %s in %s", len(rows), names, provider.name, ns_name)
+        detail = {"provider": provider.name, "names": names, "ids": [w.id for w in rows]}
+        for q in queues or [DEFAULT_QUEUE]:
+            await self._store.append_queue_event(ns_name, q, "daemons_launched", msg.actor, detail)
+        return Launched(workers=rows)
+
+    async def _stop(self, ns: str, ref: str) -> Worker:
+        rows: list[Worker] = await self._workers.ask(Snapshot(ns))
+        worker = next((w for w in rows if w.id == ref), None) or next(
+            (w for w in rows if w.name == ref), None
+        )
+        if worker is None:
+            raise WorkerNotFound(ns, ref)
+        for backend in self._backends.values():
+            if await backend.stop(worker.id):
+                return worker
+        raise Conflict(
+            f"worker {worker.name!r} runs no process this control plane started (provider "
+            f"{worker.provider!r}); retire it with `lakeshore daemon stop {worker.name}`"
+        )
+
+    async def _add(self, ns: str, body: ProviderCreate) -> Provider:
+        validate_name("provider", body.name)
+        if body.name == BUILTIN_PROVIDER:
+            raise AlreadyExists("provider", body.name, " in every namespace (it is built in)")
+        row = Provider(
+            name=body.name, namespace=ns, kind=body.kind, config=dict(body.config), created_at=now()
+        )
+        await self._store.insert_provider(row)
+        log.info("provider %s (%s) added to %s", row.name, row.kind, ns)
+        return row
+
+    async def _remove(self, ns: str, name: str) -> Provider:
+        if name == BUILTIN_PROVIDER:
+            raise Conflict(
+                f"provider {name!r} is built in: every namespace has it and it cannot be deleted"
+            )
+        row = await self._store.delete_provider(ns, name)
+        if row is None:
+            raise NotFound(f"no provider {name!r} in namespace {ns!r}")
+        log.info("provider %s removed from %s", name, ns)
+        return row
+
+
+def daemon_names(name: str, count: int) -> list[str]:
+    """``[name]`` for one daemon, else ``name-00`` … (two digits: at most 100).
+
+    Raises:
+        InvalidName: ``name``, or a name made from it, is not a valid worker name.
+    """
+    validate_name("worker", name)
+    names = [name] if count == 1 else [f"{name}-{i:02d}" for i in range(count)]
+    for n in names:
+        validate_name("worker", n)
+    return names
+
+
+def launch_queues(queues: list[str]) -> list[str]:
+    """The queues of a launch, deduplicated; ``default`` is refused (``[]`` is the default).
+
+    Raises:
+        Invalid / InvalidName: ``default`` or an invalid name among them.
+    """
+    for q in queues:
+        if q == DEFAULT_QUEUE:
+            raise Invalid(
+                "'default' cannot be listed as a queue: the default queue is the empty list — "
+                "launch without --queue to pull from it"
+            )
+        validate_name("queue", q)
+    return list(dict.fromkeys(queues))
+
+
+def check_labels(labels: dict[str, str]) -> None:
+    """Labels travel as ``--label KEY=VALUE``: a key must be non-empty and without ``=``.
+
+    Raises:
+        Invalid: a key that could not be passed on.
+    """
+    for key in labels:
+        if not key or "=" in key:
+            raise Invalid(f"invalid label key {key!r}: it must be non-empty and without '='")
+
+
+def exit_reporter(workers: ActorRef[Any]) -> ExitCallback:
+    """The exit callback of a backend: tells the registry, which updates the worker's row."""
+
+    def report(worker: Worker, returncode: int | None, reason: str, requested: bool) -> None:
+        workers.tell(Exited(worker.namespace, worker.id, returncode, reason, requested))
+
+    return report

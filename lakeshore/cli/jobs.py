@@ -1,0 +1,173 @@
+"""``lakeshore jobs``: list, inspect, wait for and cancel invocations.
+
+``jobs result`` prints what ``submit --wait`` prints: a command's output, or a function's
+value as JSON. It exits 1, with the error on stderr, when the invocation failed, was
+cancelled or dropped, or had not finished when ``--wait`` ran out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import click
+import msgspec
+
+from lakeshore.cli import output
+from lakeshore.cli.context import LakeshoreGroup, run, settings
+from lakeshore.errors import LakeshoreError
+from lakeshore.model import InvocationState, Job, JobDetail, Result
+from lakeshore.sdk import Client
+from lakeshore.sdk.invocation import RemoteError, failure, poll_result
+
+JOB_COLUMNS = ("ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "SUBMITTED", "PENDING_REASON")
+ATTEMPT_COLUMNS = ("ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME")
+
+
+def _attempt(job: Job) -> str:
+    return f"{job.attempt}/{job.max_attempts}"
+
+
+def jobs_table(rows: list[Job]) -> str:
+    """``jobs ls``: one line per invocation."""
+    return output.table(
+        JOB_COLUMNS,
+        (
+            (j.id, j.queue, j.state, _attempt(j), j.worker, j.submitted_at, j.pending_reason)
+            for j in rows
+        ),
+    )
+
+
+def job_block(job: Job) -> str:
+    """``jobs show`` / ``jobs cancel``: the row as ``key: value``, then its attempts."""
+    pairs = msgspec.structs.asdict(job)
+    attempts, stale = pairs.pop("attempts", None), pairs.pop("stale", None)
+    if (error := pairs.pop("error")) is not None:
+        pairs["error"] = f"{error.type}: {error.message}"
+    text = output.block(pairs.items())
+    if attempts is None:
+        return text
+    lines = [text, f"stale completions: {stale}"] if stale else [text]
+    if not attempts:
+        return "\n".join([*lines, "attempts: (none)"])
+    table = output.table(
+        ATTEMPT_COLUMNS,
+        (
+            (a.attempt, a.worker, a.seq, a.epoch, a.started_at, a.ended_at, a.outcome)
+            for a in attempts
+        ),
+    )
+    return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.split("\n"))
+
+
+def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
+    """Print a result-route answer; raise so the command exits 1 unless it succeeded.
+
+    ``table`` prints a command's output as it is and a function's value as JSON; a failure's
+    remote traceback goes to stderr before the ``error:`` line.
+
+    Raises:
+        LakeshoreError: the invocation failed, was cancelled or dropped, or is unfinished.
+    """
+    if fmt != "table":
+        output.emit(fmt, body, lambda: "")
+    if isinstance(answer, Job):
+        reason = f" ({answer.pending_reason})" if answer.pending_reason else ""
+        raise LakeshoreError(
+            f"invocation {answer.id} has not finished: it is {answer.state}{reason}, "
+            f"attempt {answer.attempt} of {answer.max_attempts}; wait with "
+            f"`lakeshore jobs result {answer.id} --wait SECONDS`"
+        )
+    if fmt == "table":
+        if answer.output is not None:
+            click.echo(answer.output, nl=not answer.output.endswith("\n") and bool(answer.output))
+        elif answer.ok:
+            click.echo(json.dumps(answer.value, indent=2, ensure_ascii=False))
+    err = failure(answer)
+    if err is None:
+        return
+    if isinstance(err, RemoteError) and err.traceback and fmt == "table":
+        click.echo(err.traceback.rstrip("\n"), err=True)
+    raise err
+
+
+def fetch_result(invocation_id: str, wait_s: float) -> None:
+    """Wait up to ``wait_s`` for an invocation's result and print it (see :func:`show_result`)."""
+    conf = settings()
+
+    async def fetch() -> tuple[Result | Job, Any]:
+        async with Client(conf.api, conf.token, conf.namespace) as client:
+            return await poll_result(client, invocation_id, wait_s)
+
+    answer, body = asyncio.run(fetch())
+    show_result(answer, body, conf.output or "table")
+
+
+@click.group(cls=LakeshoreGroup)
+def jobs() -> None:
+    """Jobs: submitted invocations, their attempts and results.
+
+    States: pending, running, succeeded, failed, cancelled, dropped.
+    """
+
+
+@jobs.command("ls")
+@click.option("--queue", "-q", metavar="Q", help="Only this queue's invocations.")
+@click.option(
+    "--state", type=click.Choice([s.value for s in InvocationState]), help="Only in this state."
+)
+@click.option("--limit", type=click.IntRange(1, 1000), help="Most to show (default 100).")
+@click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+def ls(queue: str | None, state: str | None, limit: int | None, after: str | None) -> None:
+    """List invocations, newest first."""
+    run(lambda c: c.jobs_ls(queue=queue, state=state, limit=limit, after=after), jobs_table)
+
+
+@jobs.command("show")
+@click.argument("job_id", metavar="ID")
+def show(job_id: str) -> None:
+    """Show one invocation and its attempts."""
+    run(lambda c: c.job_show(job_id), job_block)
+
+
+@jobs.command("result")
+@click.argument("job_id", metavar="ID")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=0,
+    metavar="S",
+    help="Wait up to S seconds for it to finish (default: answer at once).",
+)
+def result(job_id: str, wait_s: float) -> None:
+    """Print an invocation's result: a command's output or a function's value.
+
+    Exits 1 if it failed, was cancelled or dropped, or has not finished.
+    """
+    fetch_result(job_id, wait_s)
+
+
+@jobs.command("cancel")
+@click.argument("job_id", metavar="ID")
+def cancel(job_id: str) -> None:
+    """Cancel an invocation.
+
+    A pending one is removed at once; a running one is stopped by its daemon.
+    """
+    run(lambda c: c.job_cancel(job_id), _cancelled)
+
+
+def _cancelled(job: Job | JobDetail) -> str:
+    if job.state == InvocationState.CANCELLED:
+        return f"cancelled {job.id}"
+    return f"cancelling {job.id}: its daemon {job.worker or '?'} is told to stop it"
+
+
+__all__ = ["fetch_result", "job_block", "jobs", "jobs_table", "show_result"]

@@ -1,0 +1,144 @@
+"""``lakeshore submit``: put one invocation on a queue, a command or a ``module:qualname``.
+
+Without ``--wait`` it prints the invocation id on stdout. With ``--wait`` it prints the
+result instead (a command's output, a function's value as JSON) and exits 1 if the
+invocation failed; the id then goes to stderr. Server warnings go to stderr as
+``warning: …`` lines. ``-o json``/``yaml`` print the submit answer, or with ``--wait`` the
+result, as the API sent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import click
+
+from lakeshore.cli import output
+from lakeshore.cli.context import LakeshoreCommand, settings
+from lakeshore.cli.jobs import show_result
+from lakeshore.model import InvocationSubmit
+from lakeshore.sdk import Client
+from lakeshore.sdk.invocation import RECORD_GRACE_S, poll_result
+
+
+def _json_option(value: str | None, name: str, kind: type) -> Any:
+    if value is None:
+        return kind()
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not valid JSON ({e})", param_hint=name) from None
+    if not isinstance(parsed, kind):
+        what = "array" if kind is list else "object"
+        raise click.BadParameter(f"must be a JSON {what}, got {value!r}", param_hint=name)
+    return parsed
+
+
+def _env(pairs: tuple[str, ...]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
+        env[key] = value
+    return env
+
+
+def build(
+    command: tuple[str, ...],
+    fn: str | None,
+    args: str | None,
+    kwargs: str | None,
+    env: tuple[str, ...],
+    **options: Any,
+) -> InvocationSubmit:
+    """The invocation the flags describe.
+
+    Raises:
+        click.UsageError: not exactly one of a command and ``--fn``, or a flag that belongs
+            to the other kind (exit 2).
+    """
+    if bool(command) == bool(fn):
+        raise click.UsageError(
+            "give exactly one of a command (after --) or --fn module:qualname, e.g. "
+            "`lakeshore submit --queue Q -- echo hi` or `lakeshore submit --queue Q --fn m:f`"
+        )
+    if fn and env:
+        raise click.UsageError("--env is for commands; a function's inputs go in --kwargs")
+    if command and (args is not None or kwargs is not None):
+        raise click.UsageError("--args and --kwargs go with --fn, not with a command")
+    given = {k: v for k, v in options.items() if v is not None}
+    if command:
+        return InvocationSubmit(command=list(command), env=_env(env), **given)
+    return InvocationSubmit(
+        fn=fn,
+        args=_json_option(args, "--args", list),
+        kwargs=_json_option(kwargs, "--kwargs", dict),
+        **given,
+    )
+
+
+@click.command(
+    "submit",
+    cls=LakeshoreCommand,
+    context_settings={"allow_interspersed_args": False},
+    epilog="Everything after the command's first word is its own: put lakeshore's options "
+    "before it, and `--` before a command that starts with a dash.",
+)
+@click.option("--queue", "-q", required=True, metavar="Q", help="The queue to submit to.")
+@click.option("--fn", metavar="MODULE:QUALNAME", help="A function the daemon imports and calls.")
+@click.option("--args", metavar="JSON", help="--fn's positional arguments, a JSON array.")
+@click.option("--kwargs", metavar="JSON", help="--fn's keyword arguments, a JSON object.")
+@click.option("--env", multiple=True, metavar="KEY=VALUE", help="Set for the command; repeatable.")
+@click.option("--priority", type=click.IntRange(0, 9), help="0-9, higher first (priority queues).")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="S",
+    help="Kill a run after S seconds (a failed attempt).",
+)
+@click.option(
+    "--max-attempts", type=click.IntRange(1, 100), help="Tries before it fails (default 1)."
+)
+@click.option("--idempotency-key", metavar="K", help="Submitting the same key again is a no-op.")
+@click.option("--wait", is_flag=True, help="Wait for the result, print it, exit 1 if it failed.")
+@click.argument("command", nargs=-1, metavar="[--] CMD [ARGS]...")
+def submit(wait: bool, queue: str, **flags: Any) -> None:
+    """Submit a command or a function call to a queue.
+
+    \b
+      lakeshore submit --queue cpu-prep --wait -- echo hello
+      lakeshore submit --queue cpu-prep --fn tasks:double --args '[21]'
+    """
+    spec = build(**flags)
+    conf = settings()
+    fmt = conf.output or "table"
+
+    async def go() -> None:
+        async with Client(conf.api, conf.token, conf.namespace) as client:
+            call = client.submit(queue, spec)
+            body = await call.body()
+            answer = call.decode(body)
+            for warning in answer.warnings:
+                click.echo(f"warning: {warning}", err=True)
+            if not wait:
+                output.emit(fmt, body, lambda: "\n".join(answer.ids))
+                return
+            [inv_id] = answer.ids
+            click.echo(f"submitted {inv_id} to queue {answer.queue}; waiting", err=True)
+            result, result_body = await poll_result(
+                client,
+                inv_id,
+                namespace=answer.namespace,
+                unknown_until=time.monotonic() + RECORD_GRACE_S,
+            )
+        show_result(result, result_body, fmt)
+
+    asyncio.run(go())
+
+
+__all__ = ["build", "submit"]

@@ -1,0 +1,173 @@
+"""Claiming: which member queue and level to pull from next, and the nudges that wake us.
+
+Membership comes from the registry (the register answer, then every heartbeat reply);
+``[]`` is the default queue. Queues are scanned round-robin, starting after the queue that
+last supplied work, so two busy queues alternate. Within a queue the levels go 9 → 0
+(fifo: 0 only), strictly: a lower level is pulled only for slots the higher ones could not
+fill. A queue's kind is learnt once per membership from its consumers (``p9`` exists only
+on priority queues) and forgotten when membership changes or the queue disappears.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from lakeshore.bus import codec
+from lakeshore.bus.work import Msg, QueueLayout, Subscriptions, WorkBus
+from lakeshore.errors import LakeshoreError, QueueNotFound
+from lakeshore.model import DEFAULT_QUEUE, Invocation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One delivered invocation and its attempt token ``(seq, epoch)``."""
+
+    msg: Msg
+    invocation: Invocation
+    queue: str
+    level: int
+    #: stream sequence of the message
+    seq: int
+    #: JetStream delivery count of this claim; the attempt number
+    epoch: int
+    #: the consumer's ack_wait: renew the claim well within it (seconds)
+    ack_wait_s: float
+
+
+class Claimer:
+    """Pulls work for one daemon from its member queues.
+
+    Args:
+        bus: the daemon's NATS handle.
+        namespace: the daemon's namespace.
+        on_nudge: called (on the event loop) whenever a member queue received work.
+    """
+
+    def __init__(self, bus: WorkBus, namespace: str, on_nudge: Callable[[], None]) -> None:
+        self._bus = bus
+        self._ns = namespace
+        self._on_nudge = on_nudge
+        self._queues: list[str] = []
+        self._layouts: dict[str, QueueLayout] = {}
+        self._missing: set[str] = set()
+        self._next = 0
+        self._nudges: Subscriptions | None = None
+        self._unavailable = False
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues scanned now (the default queue for an empty membership)."""
+        return list(self._queues)
+
+    async def set_membership(self, membership: list[str]) -> None:
+        """Scan these queues from now on (``[]``: the default queue); re-subscribe nudges.
+
+        Raises:
+            Unavailable: the nudge subscriptions could not be made.
+        """
+        queues = list(dict.fromkeys(membership)) or [DEFAULT_QUEUE]
+        if queues == self._queues and self._nudges is not None:
+            return
+        log.info("pulling from %s", ", ".join(queues))
+        self._queues = queues
+        self._layouts.clear()
+        self._missing.clear()
+        self._next = 0
+        await self.close()
+        self._nudges = await self._bus.subscribe_nudges(self._ns, queues, self._nudged)
+
+    def _nudged(self, queue: str) -> None:
+        self._on_nudge()
+
+    async def close(self) -> None:
+        if self._nudges is not None:
+            await self._nudges.close()
+            self._nudges = None
+
+    async def claim(self, slots: int) -> list[Claim]:
+        """Claim up to ``slots`` invocations, most urgent level first, queues in rotation.
+
+        Never raises for NATS trouble: it logs once per outage and answers what it has.
+        """
+        out: list[Claim] = []
+        n = len(self._queues)
+        start = self._next
+        for i in range(n):
+            queue = self._queues[(start + i) % n]
+            got = await self._claim_queue(queue, slots - len(out))
+            if got:
+                out += got
+                self._next = (start + i + 1) % n
+            if len(out) >= slots:
+                break
+        return out
+
+    async def _claim_queue(self, queue: str, slots: int) -> list[Claim]:
+        out: list[Claim] = []
+        try:
+            layout = await self._layout(queue)
+            if layout is None:
+                return out
+            for level in layout.levels:
+                for msg in await self._bus.claim(self._ns, queue, level, slots - len(out)):
+                    claim = await self._decode(msg, queue, level, layout)
+                    if claim is not None:
+                        out.append(claim)
+                if len(out) >= slots:
+                    break
+        except QueueNotFound:
+            self._layouts.pop(queue, None)
+        except LakeshoreError as e:
+            if not self._unavailable:
+                log.warning("cannot claim from %s/%s: %s", self._ns, queue, e)
+            self._unavailable = True
+            return out
+        if self._unavailable:
+            log.info("claiming again from %s/%s", self._ns, queue)
+            self._unavailable = False
+        return out
+
+    async def _layout(self, queue: str) -> QueueLayout | None:
+        layout = self._layouts.get(queue)
+        if layout is None:
+            # Not cached while missing: the default queue's stream appears on first use.
+            layout = await self._bus.queue_layout(self._ns, queue)
+            if layout is None:
+                if queue not in self._missing:
+                    log.warning("queue %s/%s has no stream yet; waiting for it", self._ns, queue)
+                    self._missing.add(queue)
+            else:
+                self._missing.discard(queue)
+                self._layouts[queue] = layout
+        return layout
+
+    async def _decode(self, msg: Msg, queue: str, level: int, layout: QueueLayout) -> Claim | None:
+        meta = msg.metadata
+        try:
+            inv = codec.decode(msg.data, Invocation)
+        except msgspec.DecodeError as e:
+            # Nobody can ever run it: remove it rather than let it cycle through daemons.
+            log.error(
+                "terminating unreadable message %s/%s seq %d: %s",
+                self._ns,
+                queue,
+                meta.sequence.stream,
+                e,
+            )
+            await self._bus.term(msg)
+            return None
+        return Claim(
+            msg=msg,
+            invocation=inv,
+            queue=queue,
+            level=level,
+            seq=meta.sequence.stream,
+            epoch=meta.num_delivered,
+            ack_wait_s=layout.ack_wait_s,
+        )

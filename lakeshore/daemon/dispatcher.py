@@ -1,0 +1,218 @@
+"""The Dispatcher: run slots, the claim loop, and the orders that reach a running daemon.
+
+It is the one owner of the daemon's running jobs. Orders arrive in its typed inbox
+(:data:`Order`) from the heartbeat (membership, retire), the control subscription (cancel,
+retire) and signals (retire, stop now), and are handled one at a time by :meth:`handle`
+inside the loop, so the job table needs no locks.
+
+The loop claims as many invocations as there are free slots; with nothing claimed it
+waits for a nudge, an order or a freed slot, at most ``idle_poll_s``. Retiring stops the
+claiming, naks what was claimed but not started, and lets the running jobs finish within
+``drain_timeout_s``; the ones still running then are interrupted (back to the queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from msgspec import Struct
+
+from lakeshore.daemon.claimer import Claim, Claimer
+from lakeshore.daemon.job import Job, JobContext, Stop
+from lakeshore.errors import LakeshoreError
+from lakeshore.model import WorkerStatus
+
+log = logging.getLogger(__name__)
+
+
+class Membership(Struct, frozen=True):
+    """Pull from these queues from now on (``[]``: the default queue)."""
+
+    queues: list[str]
+
+
+class Cancel(Struct, frozen=True):
+    """Stop this invocation if it runs here; it ends as ``cancelled``."""
+
+    invocation_id: str
+
+
+class Retire(Struct, frozen=True):
+    """Stop claiming, finish the running jobs within the drain timeout, then return."""
+
+    reason: str
+
+
+class StopNow(Struct, frozen=True):
+    """Interrupt every running job now (a second signal)."""
+
+
+Order = Membership | Cancel | Retire | StopNow
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the heartbeat reports."""
+
+    status: WorkerStatus
+    current: list[str]
+
+
+class Dispatcher:
+    """Claims and runs invocations until retired. Build, :meth:`tell`, then :meth:`run`.
+
+    Args:
+        claimer: pulls from the member queues.
+        ctx: what each job needs (bus, events, runner, worker id).
+        concurrency: run slots.
+        idle_poll_s: longest wait without a nudge before scanning again (seconds).
+        drain_timeout_s: how long running jobs may take once retiring (seconds).
+    """
+
+    def __init__(
+        self,
+        claimer: Claimer,
+        ctx: JobContext,
+        *,
+        concurrency: int,
+        idle_poll_s: float,
+        drain_timeout_s: float,
+    ) -> None:
+        self._claimer = claimer
+        self._ctx = ctx
+        self._concurrency = concurrency
+        self._idle_poll_s = idle_poll_s
+        self._drain_timeout_s = drain_timeout_s
+        self._inbox: list[Order] = []
+        self._wake = asyncio.Event()
+        self._jobs: dict[tuple[str, int], Job] = {}
+        self._drain_deadline: float | None = None
+        self._interrupted = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def tell(self, order: Order) -> None:
+        """Queue an order; the loop handles it at its next turn (at once when waiting)."""
+        self._inbox.append(order)
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Scan again now (a nudge: work was admitted to a member queue)."""
+        self._wake.set()
+
+    def snapshot(self) -> Snapshot:
+        if self._drain_deadline is not None:
+            status = WorkerStatus.RETIRING
+        else:
+            status = WorkerStatus.BUSY if self._jobs else WorkerStatus.IDLE
+        return Snapshot(status=status, current=[j.id for j in self._jobs.values()])
+
+    @property
+    def retiring(self) -> bool:
+        return self._drain_deadline is not None
+
+    async def wait_idle(self) -> None:
+        """Return once no job is running (tests wait on this, never on a sleep)."""
+        await self._idle.wait()
+
+    async def run(self) -> None:
+        """Claim and run until retired and drained. Jobs run in this call's TaskGroup."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.TaskGroup() as runs:
+            while True:
+                self._wake.clear()
+                await self._handle_inbox()
+                if self._drain_deadline is not None:
+                    if not self._jobs:
+                        break
+                    remaining = self._drain_deadline - loop.time()
+                    if remaining <= 0 and not self._interrupted:
+                        self._interrupt("the drain timeout passed")
+                    await self._wait(max(remaining, 0) or None)
+                    continue
+                free = self._concurrency - len(self._jobs)
+                if free > 0:
+                    claims = await self._claimer.claim(free)
+                    # An order that came during the claim (retire) applies to what it got.
+                    await self._handle_inbox()
+                    if claims and self._drain_deadline is not None:
+                        await self._give_back(claims)
+                        continue
+                    for claim in claims:
+                        self._start(runs, claim)
+                    if claims:
+                        continue
+                await self._wait(self._idle_poll_s if free > 0 else None)
+        log.info("dispatcher stopped")
+
+    async def handle(self, order: Order) -> None:
+        match order:
+            case Membership(queues=queues):
+                try:
+                    await self._claimer.set_membership(queues)
+                except LakeshoreError as e:
+                    log.warning("membership %s not applied yet: %s", queues, e)
+            case Cancel(invocation_id=inv_id):
+                jobs = [j for j in self._jobs.values() if j.id == inv_id]
+                if not jobs:
+                    log.info("cancel of %s: not running here", inv_id)
+                for job in jobs:
+                    job.stop(Stop.CANCEL)
+            case Retire(reason=reason):
+                if self._drain_deadline is None:
+                    loop = asyncio.get_running_loop()
+                    self._drain_deadline = loop.time() + self._drain_timeout_s
+                    log.info(
+                        "retiring (%s): %d run(s) to finish within %gs",
+                        reason,
+                        len(self._jobs),
+                        self._drain_timeout_s,
+                    )
+            case StopNow():
+                if self._drain_deadline is None:
+                    self._drain_deadline = asyncio.get_running_loop().time()
+                self._interrupt("asked to stop now")
+
+    async def _handle_inbox(self) -> None:
+        while self._inbox:
+            await self.handle(self._inbox.pop(0))
+
+    def _start(self, runs: asyncio.TaskGroup, claim: Claim) -> None:
+        job = Job(claim, self._ctx)
+        key = (claim.queue, claim.seq)
+        self._jobs[key] = job
+        self._idle.clear()
+        task = runs.create_task(job.run(), name=f"job {job.id}")
+        task.add_done_callback(lambda _: self._finished(key))
+
+    def _finished(self, key: tuple[str, int]) -> None:
+        self._jobs.pop(key, None)
+        if not self._jobs:
+            self._idle.set()
+        self._wake.set()
+
+    def _interrupt(self, why: str) -> None:
+        self._interrupted = True
+        if self._jobs:
+            log.warning("interrupting %d run(s): %s", len(self._jobs), why)
+        for job in self._jobs.values():
+            job.stop(Stop.INTERRUPT)
+
+    async def _give_back(self, claims: list[Claim]) -> None:
+        for claim in claims:
+            try:
+                await self._ctx.bus.nak(claim.msg)
+            except LakeshoreError as e:
+                log.warning(
+                    "%s: not given back (%s); redelivered after ack_wait", claim.invocation.id, e
+                )
+        log.info("retiring: gave back %d claimed invocation(s) not started", len(claims))
+
+    async def _wait(self, timeout_s: float | None) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+        except TimeoutError:
+            pass

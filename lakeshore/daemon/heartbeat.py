@@ -1,0 +1,136 @@
+"""Heartbeats: report status every ``heartbeat_s`` and apply what the registry answers.
+
+The reply is the daemon's source of membership (``queues``: ``[]`` is the default queue);
+a change becomes a :class:`~lakeshore.daemon.dispatcher.Membership` order, ``retire`` a
+:class:`~lakeshore.daemon.dispatcher.Retire`. ``unknown: true`` means the registry lost
+the worker's row (deleted, or a store reset): the daemon registers again under its id.
+A missed heartbeat is only logged: the daemon keeps working on the last membership.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.dispatcher import Dispatcher, Membership, Retire
+from lakeshore.errors import LakeshoreError
+from lakeshore.model import Heartbeat, HeartbeatReply, Worker, WorkerRegister, WorkerStatus, now
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeater:
+    """Sends heartbeats for one registered worker.
+
+    Args:
+        bus: the daemon's NATS handle.
+        worker: the registered row (its id and membership).
+        registration: what the daemon registered with, to register again.
+        dispatcher: reports status and takes the orders of each reply.
+        every_s: heartbeat period (seconds).
+    """
+
+    def __init__(
+        self,
+        bus: WorkBus,
+        worker: Worker,
+        registration: WorkerRegister,
+        dispatcher: Dispatcher,
+        every_s: float,
+    ) -> None:
+        self._bus = bus
+        self.worker = worker
+        self._registration = registration
+        self._dispatcher = dispatcher
+        self._every_s = every_s
+        self._queues = list(worker.queues)
+        self._failing = False
+        self._beats = 0
+        self._beat = asyncio.Condition()
+
+    async def run(self) -> None:
+        """Beat every ``every_s`` until cancelled."""
+        while True:
+            await asyncio.sleep(self._every_s)
+            try:
+                await self.beat()
+            except Exception:
+                # A bug in applying one reply must not stop the heartbeats: without them
+                # the registry marks the daemon lost while it still runs jobs.
+                log.exception("heartbeat failed")
+
+    async def beat(self) -> HeartbeatReply | None:
+        """Send one heartbeat and apply its reply; ``None`` when nobody answered."""
+        snap = self._dispatcher.snapshot()
+        try:
+            reply = await self._send(snap.status, snap.current)
+        except LakeshoreError as e:
+            if not self._failing:
+                log.warning("heartbeat not answered: %s", e)
+            self._failing = True
+            return None
+        if self._failing:
+            log.info("heartbeat answered again")
+            self._failing = False
+        await self._apply(reply)
+        async with self._beat:
+            self._beats += 1
+            self._beat.notify_all()
+        return reply
+
+    async def wait_beats(self, count: int) -> None:
+        """Return after ``count`` more answered (and applied) heartbeats."""
+        async with self._beat:
+            target = self._beats + count
+            await self._beat.wait_for(lambda: self._beats >= target)
+
+    @property
+    def queues(self) -> list[str]:
+        """The membership of the last reply (``[]``: the default queue)."""
+        return list(self._queues)
+
+    async def final(self, timeout_s: float) -> None:
+        """Report ``stopped`` (the deregistration); one try, bounded by ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._send(WorkerStatus.STOPPED, [])
+        except (LakeshoreError, TimeoutError) as e:
+            log.warning("final heartbeat not answered: %s", e)
+
+    async def _send(self, status: WorkerStatus, current: list[str]) -> HeartbeatReply:
+        hb = Heartbeat(
+            worker_id=self.worker.id,
+            namespace=self.worker.namespace,
+            status=status,
+            current=current,
+            ts=now(),
+        )
+        return await self._bus.heartbeat(hb)
+
+    async def _apply(self, reply: HeartbeatReply) -> None:
+        if reply.unknown:
+            await self._register_again()
+            return
+        if reply.queues != self._queues:
+            log.info("membership changed: %s → %s", self._queues or "[]", reply.queues or "[]")
+            self._queues = list(reply.queues)
+            self._dispatcher.tell(Membership(self._queues))
+        if reply.retire:
+            self._dispatcher.tell(Retire("the registry asked to retire"))
+
+    async def _register_again(self) -> None:
+        reg = msgspec.structs.replace(
+            self._registration, id=self.worker.id, queues=list(self._queues)
+        )
+        try:
+            self.worker = await self._bus.register(reg)
+        except LakeshoreError as e:
+            log.warning("the registry forgot worker %s and refused it again: %s", reg.id, e)
+            return
+        log.info("registered again as %s (%s)", self.worker.name, self.worker.id)
+        if self.worker.queues != self._queues:
+            self._queues = list(self.worker.queues)
+            self._dispatcher.tell(Membership(self._queues))

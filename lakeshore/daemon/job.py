@@ -1,0 +1,217 @@
+"""One claim's life: claimed → started → succeeded / retrying / failed / cancelled.
+
+The job composes the policies (lease, timeout, retries) around the runner, then settles
+the claim in the order the data plane fixes:
+
+- success: put the ``Result``, ``ack_sync()``, event ``succeeded``;
+- failure with attempts left: event ``retrying``, ``nak(backoff(epoch))``;
+- last attempt failed: put the ``Result``, ``term()``, event ``failed``;
+- cancelled: ``term()``, event ``cancelled``;
+- interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
+
+A NATS failure while settling is logged and left to JetStream: an unacknowledged claim is
+redelivered after ``ack_wait`` as a new attempt, and the Recorder fences stale ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.claimer import Claim
+from lakeshore.daemon.events import EventPublisher
+from lakeshore.daemon.policies import (
+    Lease,
+    RunTimedOut,
+    backoff_s,
+    should_retry,
+    timed_out_error,
+    within,
+)
+from lakeshore.daemon.runner import Capture, Outcome, Runner
+from lakeshore.errors import LakeshoreError
+from lakeshore.model import EventType, InvocationEvent, RemoteError, Result, now
+
+log = logging.getLogger(__name__)
+
+#: Longest error message carried in an event; the full error is in the Result.
+EVENT_MESSAGE_CHARS = 1_000
+
+
+class Stop(Enum):
+    """Why a run was stopped before it ended."""
+
+    #: a user's cancel order: the invocation ends as cancelled
+    CANCEL = "cancel"
+    #: the daemon is stopping and ran out of drain time: the attempt goes back
+    INTERRUPT = "interrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What every job of one daemon shares."""
+
+    bus: WorkBus
+    events: EventPublisher
+    runner: Runner
+    worker_id: str
+
+
+class Job:
+    """Runs one claim from its ``claimed`` event to its final ack, nak or term."""
+
+    def __init__(self, claim: Claim, ctx: JobContext) -> None:
+        self.claim = claim
+        self.id = claim.invocation.id
+        self._ctx = ctx
+        self._stop: Stop | None = None
+        self._run: asyncio.Task[Outcome] | None = None
+        self._label = f"{self.id} attempt {claim.epoch}"
+
+    def stop(self, why: Stop) -> None:
+        """Stop the run (if it is still running) and settle the claim as ``why`` says."""
+        if self._stop is None:
+            self._stop = why
+            if self._run is not None:
+                self._run.cancel()
+
+    async def run(self) -> None:
+        """The whole lifecycle. Never raises except for its own task's cancellation."""
+        c = self.claim
+        self._emit(EventType.CLAIMED, {"seq": c.seq, "level": c.level})
+        log.info("%s: claimed from %s/p%d", self._label, c.queue, c.level)
+        try:
+            outcome = await self._execute()
+            await self._settle(outcome)
+        except LakeshoreError as e:
+            log.warning("%s: not settled (%s); JetStream will redeliver it", self._label, e)
+        except Exception:
+            log.exception("%s: failed inside the daemon; JetStream will redeliver it", self._label)
+
+    async def _execute(self) -> Outcome | None:
+        """Run under lease and timeout; ``None`` when stopped by :meth:`stop`."""
+        if self._stop is not None:
+            return None
+        inv, c = self.claim.invocation, self.claim
+        capture = Capture()
+        self._emit(EventType.STARTED, {"seq": c.seq})
+        log.info("%s: started", self._label)
+        renew = functools.partial(self._ctx.bus.in_progress, c.msg)
+        async with Lease(renew, c.ack_wait_s, self._label):
+            self._run = asyncio.create_task(
+                within(inv.timeout_s, self._ctx.runner.run(inv, capture)), name=self._label
+            )
+            if self._stop is not None:  # stopped while the run was being set up
+                self._run.cancel()
+            try:
+                return await self._run
+            except RunTimedOut as e:
+                return Outcome(
+                    ok=False,
+                    error=timed_out_error(e),
+                    exit_code=capture.exit_code,
+                    output=capture.text() if inv.command else None,
+                )
+            except asyncio.CancelledError:
+                # Our own stop() cancelled the run; a cancellation of this task is not ours.
+                task = asyncio.current_task()
+                if self._stop is None or (task is not None and task.cancelling()):
+                    raise
+                return None
+
+    async def _settle(self, outcome: Outcome | None) -> None:
+        bus, c = self._ctx.bus, self.claim
+        if outcome is None:
+            if self._stop is Stop.CANCEL:
+                await self._finish(bus.term(c.msg), "term")
+                self._emit(EventType.CANCELLED, {"seq": c.seq})
+                log.info("%s: cancelled", self._label)
+            else:
+                await bus.nak(c.msg)
+                self._emit(EventType.RETRYING, {"seq": c.seq, "reason": "interrupted"})
+                log.info("%s: interrupted, back to the queue", self._label)
+            return
+        if outcome.ok:
+            try:
+                await self._put_result(outcome)
+            except LakeshoreError as e:
+                # E.g. a value over NATS' max payload: retrying the put would never work.
+                error = RemoteError(type="lakeshore.ResultNotStored", message=str(e))
+                outcome = Outcome(ok=False, error=error, exit_code=outcome.exit_code)
+            else:
+                await self._finish(bus.ack_sync(c.msg), "ack")
+                self._emit(EventType.SUCCEEDED, self._detail(outcome))
+                log.info("%s: succeeded", self._label)
+                return
+        if should_retry(c.epoch, c.invocation.max_attempts):
+            delay = backoff_s(c.epoch)
+            self._emit(EventType.RETRYING, {**self._detail(outcome), "delay_s": delay})
+            await bus.nak(c.msg, delay)
+            log.info("%s: failed (%s), retrying in %gs", self._label, _brief(outcome), delay)
+        else:
+            await self._put_result(outcome)
+            await self._finish(bus.term(c.msg), "term")
+            self._emit(EventType.FAILED, self._detail(outcome))
+            log.info("%s: failed (%s), no attempts left", self._label, _brief(outcome))
+
+    async def _finish(self, call: Awaitable[None], what: str) -> None:
+        """The final ack or term: the run is over whether or not the server heard it."""
+        try:
+            await call
+        except LakeshoreError as e:
+            # The outcome stands (and is stored); a redelivered attempt is fenced as stale.
+            log.warning("%s: %s not confirmed: %s", self._label, what, e)
+
+    async def _put_result(self, outcome: Outcome) -> None:
+        c = self.claim
+        result = Result(
+            id=self.id,
+            ok=outcome.ok,
+            value=outcome.value,
+            error=outcome.error,
+            worker=self._ctx.worker_id,
+            epoch=self.claim.epoch,
+            exit_code=outcome.exit_code,
+            output=outcome.output,
+        )
+        await self._ctx.bus.put_result(c.invocation.namespace, self.id, c.epoch, result)
+
+    def _detail(self, outcome: Outcome) -> dict[str, Any]:
+        detail: dict[str, Any] = {"seq": self.claim.seq}
+        if outcome.exit_code is not None:
+            detail["exit_code"] = outcome.exit_code
+        if outcome.error is not None:
+            detail["error"] = _short(outcome.error)
+        return detail
+
+    def _emit(self, type_: EventType, detail: dict[str, Any]) -> None:
+        c = self.claim
+        self._ctx.events.emit(
+            InvocationEvent(
+                namespace=c.invocation.namespace,
+                queue=c.queue,
+                invocation_id=self.id,
+                ts=now(),
+                type=type_,
+                attempt=c.epoch,
+                worker=self._ctx.worker_id,
+                epoch=c.epoch,
+                detail=detail,
+            )
+        )
+
+
+def _short(error: RemoteError) -> dict[str, str]:
+    return {"type": error.type, "message": error.message[:EVENT_MESSAGE_CHARS]}
+
+
+def _brief(outcome: Outcome) -> str:
+    if outcome.error is None:
+        return "no error"
+    return f"{outcome.error.type}: {outcome.error.message[:200]}"

@@ -1,0 +1,239 @@
+"""The worker daemon's composition root: settings → bus → register → loops → drain → exit.
+
+:func:`run_daemon` builds every piece once and passes each down explicitly. The long-lived
+loops (dispatcher, heartbeat, event flush) run in one ``asyncio.TaskGroup``. The stop
+sequence is fixed: stop claiming, finish (or interrupt) the runs, flush the events, send
+the ``stopped`` heartbeat, close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.claimer import Claimer
+from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, StopNow
+from lakeshore.daemon.events import EventPublisher
+from lakeshore.daemon.heartbeat import Heartbeater
+from lakeshore.daemon.job import JobContext
+from lakeshore.daemon.runner import Runner
+from lakeshore.daemon.settings import DaemonSettings
+from lakeshore.errors import Unavailable
+from lakeshore.model import DaemonControl, Worker, WorkerRegister
+
+log = logging.getLogger(__name__)
+
+#: Pause between registration attempts while no registry answers (seconds).
+REGISTER_RETRY_S = (0.5, 1.0, 2.0, 5.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A registered, running daemon: what callers (tests, the CLI) may look at."""
+
+    worker: Worker
+    dispatcher: Dispatcher
+    heartbeater: Heartbeater
+    claimer: Claimer
+
+
+async def run_daemon(
+    settings: DaemonSettings,
+    stop: asyncio.Event,
+    *,
+    environ: Mapping[str, str],
+    handle_signals: bool = False,
+    on_ready: Callable[[Running], None] | None = None,
+) -> int:
+    """Run one daemon until ``stop`` is set (or a retire order), then drain and return.
+
+    Args:
+        settings: how to run.
+        stop: set it to retire the daemon (as SIGTERM does).
+        environ: the environment commands inherit (beneath each invocation's ``env``).
+        handle_signals: SIGTERM / SIGINT retire the daemon; a second one interrupts the
+            running jobs at once. Only for the process's main daemon.
+        on_ready: called once registered, before the first claim.
+
+    Returns:
+        The exit status: 0 after a clean drain (also when stopped before registering).
+
+    Raises:
+        LakeshoreError: NATS unreachable at start, or the registry refused the worker.
+    """
+    signals = _Signals(stop) if handle_signals else None
+    if signals is not None:
+        signals.install()
+    try:
+        bus = await _connect(settings, stop)
+    except BaseException:
+        if signals is not None:
+            signals.remove()
+        raise
+    if bus is None:
+        return 0
+    try:
+        reg = WorkerRegister(
+            namespace=settings.namespace,
+            name=settings.name,
+            id=settings.id,
+            queues=settings.queues,
+            labels=settings.labels,
+            provider=settings.provider,
+            managed=settings.managed,
+        )
+        worker = await _register(bus, reg, stop)
+        if worker is None:
+            return 0
+        log.info("registered as %s (%s) in %s", worker.name, worker.id, worker.namespace)
+        await _serve(bus, settings, reg, worker, stop, environ, signals, on_ready)
+    finally:
+        if signals is not None:
+            signals.remove()
+        await bus.close()
+    log.info("daemon %s stopped", settings.name)
+    return 0
+
+
+async def _serve(
+    bus: WorkBus,
+    settings: DaemonSettings,
+    reg: WorkerRegister,
+    worker: Worker,
+    stop: asyncio.Event,
+    environ: Mapping[str, str],
+    signals: _Signals | None,
+    on_ready: Callable[[Running], None] | None,
+) -> None:
+    events = EventPublisher(bus, settings.namespace)
+    ctx = JobContext(bus=bus, events=events, runner=Runner(environ), worker_id=worker.id)
+    # The nudge callback reaches the dispatcher built just below (called only later).
+    claimer = Claimer(bus, settings.namespace, on_nudge=lambda: dispatcher.wake())
+    dispatcher = Dispatcher(
+        claimer,
+        ctx,
+        concurrency=settings.concurrency,
+        idle_poll_s=settings.idle_poll_s,
+        drain_timeout_s=settings.drain_timeout_s,
+    )
+    heart = Heartbeater(bus, worker, reg, dispatcher, settings.heartbeat_s)
+    dispatcher.tell(Membership(list(worker.queues)))
+    control = await bus.subscribe_control(
+        settings.namespace, worker.id, lambda order: _on_control(order, dispatcher)
+    )
+    if signals is not None:
+        signals.dispatcher = dispatcher
+    try:
+        async with asyncio.TaskGroup() as tg:
+            flusher = tg.create_task(events.run(), name="events")
+            beater = tg.create_task(heart.run(), name="heartbeat")
+            watcher = tg.create_task(_retire_on(stop, dispatcher), name="stop")
+            if on_ready is not None:
+                on_ready(Running(worker, dispatcher, heart, claimer))
+            await dispatcher.run()
+            for task in (flusher, beater, watcher):
+                task.cancel()
+    finally:
+        await control.close()
+        await claimer.close()
+    await _flush(events, settings.request_timeout_s)
+    await heart.final(settings.request_timeout_s)
+
+
+async def _connect(settings: DaemonSettings, stop: asyncio.Event) -> WorkBus | None:
+    """Connect, however long NATS takes to come up; ``None`` if stopped first.
+
+    The connection retries an unreachable server for ever (a daemon may well start before
+    its NATS), so only ``stop`` ends the wait.
+    """
+    connecting = asyncio.create_task(
+        WorkBus.connect(
+            settings.nats_url, settings.name, request_timeout_s=settings.request_timeout_s
+        ),
+        name="connect",
+    )
+    stopping = asyncio.create_task(stop.wait(), name="stop")
+    try:
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (connecting, stopping):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(connecting, stopping, return_exceptions=True)
+    if connecting.cancelled():
+        log.info("stopped before NATS at %s answered", settings.nats_url)
+        return None
+    return connecting.result()
+
+
+async def _register(bus: WorkBus, reg: WorkerRegister, stop: asyncio.Event) -> Worker | None:
+    """Register, waiting for a registry to answer; ``None`` if stopped first."""
+    attempt = 0
+    while not stop.is_set():
+        try:
+            return await bus.register(reg)
+        except Unavailable as e:
+            pause = REGISTER_RETRY_S[min(attempt, len(REGISTER_RETRY_S) - 1)]
+            if attempt == 0:
+                log.warning("registration not answered (%s); retrying", e)
+            attempt += 1
+            try:
+                async with asyncio.timeout(pause):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+    return None
+
+
+async def _retire_on(stop: asyncio.Event, dispatcher: Dispatcher) -> None:
+    await stop.wait()
+    dispatcher.tell(Retire("stop requested"))
+
+
+def _on_control(order: DaemonControl, dispatcher: Dispatcher) -> None:
+    if order.cancel:
+        dispatcher.tell(Cancel(order.cancel))
+    if order.retire:
+        dispatcher.tell(Retire("retire ordered"))
+
+
+class _Signals:
+    """SIGTERM / SIGINT: the first retires the daemon, a second interrupts its runs."""
+
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        self.dispatcher: Dispatcher | None = None
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in self._SIGNALS:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in self._SIGNALS:
+            loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: signal.Signals) -> None:
+        if self.dispatcher is None:
+            self._stop.set()  # not registered yet: nothing to drain
+        elif self.dispatcher.retiring:
+            log.warning("%s again: interrupting the running jobs", signum.name)
+            self.dispatcher.tell(StopNow())
+        else:
+            self.dispatcher.tell(Retire(signum.name))
+
+
+async def _flush(events: EventPublisher, timeout_s: float) -> None:
+    try:
+        async with asyncio.timeout(timeout_s):
+            while not await events.flush():
+                await asyncio.sleep(0.1)  # NATS is back soon or the timeout ends it
+    except TimeoutError:
+        log.error("exiting with %d event(s) not published", events.buffered)

@@ -1,0 +1,43 @@
+"""Timeout policy: a run longer than the invocation's ``timeout_s`` is stopped and fails.
+
+Stopping is cancellation of the run: the runner kills a command's process group on
+cancellation; a function's thread cannot be killed, so its result is discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from lakeshore.model import RemoteError
+
+T = TypeVar("T")
+
+
+class RunTimedOut(Exception):
+    """The run was stopped at its deadline."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the run exceeded timeout_s={timeout_s:g} and was killed")
+        self.timeout_s = timeout_s
+
+
+async def within(timeout_s: float | None, run: Awaitable[T]) -> T:
+    """Await ``run``, cancelling it after ``timeout_s`` seconds (``None``: no limit).
+
+    Raises:
+        RunTimedOut: the deadline passed; ``run`` has been cancelled and awaited.
+    """
+    if timeout_s is None:
+        return await run
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await run
+    except TimeoutError:
+        raise RunTimedOut(timeout_s) from None
+
+
+def timed_out_error(err: RunTimedOut) -> RemoteError:
+    """The error a timed-out attempt records."""
+    return RemoteError(type="builtins.TimeoutError", message=str(err))

@@ -1,0 +1,59 @@
+"""Providers (where daemons are started) and the daemon launch request and answer."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from msgspec import Meta, Struct
+
+from lakeshore.model.workers import Worker
+
+#: The provider every namespace has without creating it (not stored, cannot be deleted).
+BUILTIN_PROVIDER = "local"
+#: Most daemons one launch request may start (names ``<name>-00`` … ``<name>-99``).
+MAX_LAUNCH = 100
+
+
+class ProviderKind(StrEnum):
+    #: the control plane starts daemons as subprocesses on its own host
+    LOCAL = "local"
+    #: daemons are started by hand with ``lakeshore daemon run`` and register themselves
+    EXTERNAL = "external"
+
+
+class Provider(Struct, frozen=True, kw_only=True):
+    """A provider row (or the built-in ``local``, which is not stored)."""
+
+    name: str
+    namespace: str
+    kind: ProviderKind
+    #: free-form settings of the provider, kept as given
+    config: dict[str, Any] = {}
+    created_at: datetime
+
+
+class ProviderCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    kind: ProviderKind
+    config: dict[str, Any] = {}
+
+
+class DaemonLaunch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Start ``count`` daemons on a provider: ``<name>`` alone, else ``<name>-00`` …"""
+
+    #: where to start them: the built-in ``local`` or a provider of the namespace
+    provider: str = BUILTIN_PROVIDER
+    #: the queues every daemon pulls from; ``[]`` is the default queue
+    queues: list[str] = []
+    count: Annotated[int, Meta(ge=1, le=MAX_LAUNCH)] = 1
+    #: the daemon's name (one daemon) or its names' stem (``<name>-00`` …)
+    name: str
+    labels: dict[str, str] = {}
+
+
+class Launched(Struct, frozen=True, kw_only=True):
+    """The rows of the daemons just launched (status ``starting``)."""
+
+    workers: list[Worker]

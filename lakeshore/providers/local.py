@@ -1,0 +1,225 @@
+"""The ``local`` backend: daemons as subprocesses of the control plane, on its host.
+
+One ``lakeshore daemon run`` process per worker row, with the row's id, name, namespace,
+queues and labels on its command line. Each process writes its output to
+``<log_dir>/<namespace>/<name>.log`` (appended, so a relaunch keeps the earlier runs) and
+has one watcher task, owned by this backend, that reports its end through the exit
+callback. Children run in their own session: a Ctrl-C on the server's terminal reaches
+the server, whose shutdown (:meth:`LocalProvider.close`) stops them — one SIGTERM, so a
+daemon drains rather than being interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lakeshore.model import Provider as ProviderRow
+from lakeshore.model import Worker, now
+from lakeshore.providers.base import ExitCallback
+
+log = logging.getLogger(__name__)
+
+#: ``lakeshore daemon run`` with this very interpreter (and so this very lakeshore).
+DAEMON_COMMAND = (sys.executable, "-m", "lakeshore.daemon")
+#: How much of the end of a daemon's log is quoted when it exits unexpectedly.
+_TAIL_BYTES = 2048
+_TAIL_LINES = 3
+
+
+def daemon_argv(
+    command: Sequence[str], worker: Worker, nats_url: str, heartbeat_s: float | None = None
+) -> list[str]:
+    """The command line that runs ``worker`` as a daemon (``queues == []``: no ``--queue``,
+    so the daemon pulls from the default queue)."""
+    argv = [*command, "--id", worker.id, "--name", worker.name, "--namespace", worker.namespace]
+    for q in worker.queues:
+        argv += ["--queue", q]
+    for key, value in worker.labels.items():
+        argv += ["--label", f"{key}={value}"]
+    argv += ["--nats-url", nats_url, "--provider", worker.provider]
+    if worker.managed:
+        argv.append("--managed")
+    if heartbeat_s is not None:
+        argv += ["--heartbeat-s", f"{heartbeat_s:g}"]
+    return argv
+
+
+@dataclass(slots=True, eq=False)
+class _Child:
+    worker: Worker
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    #: the provider asked it to stop (stop() or close())
+    stopping: bool = False
+    kill_timer: asyncio.TimerHandle | None = None
+    watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class LocalProvider:
+    """Starts, watches and stops daemon subprocesses on this host.
+
+    Args:
+        log_dir: where the daemons' logs go (``<log_dir>/<namespace>/<name>.log``).
+        on_exit: called once per process when it has ended (or could not start).
+        command: the daemon command without its per-worker flags (tests swap it).
+        heartbeat_s: passed to every daemon as ``--heartbeat-s``; ``None``: its default.
+        stop_timeout_s: after SIGTERM, how long a daemon may drain before SIGKILL.
+        close_timeout_s: at shutdown, the same bound for all daemons together.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        on_exit: ExitCallback,
+        *,
+        command: Sequence[str] = DAEMON_COMMAND,
+        heartbeat_s: float | None = None,
+        stop_timeout_s: float = 30.0,
+        close_timeout_s: float = 5.0,
+    ) -> None:
+        self._log_dir = Path(log_dir)
+        self._on_exit = on_exit
+        #: the daemon command without its per-worker flags (read at each launch)
+        self.command = tuple(command)
+        self._heartbeat_s = heartbeat_s
+        self._stop_timeout_s = stop_timeout_s
+        self._close_timeout_s = close_timeout_s
+        self._children: dict[str, _Child] = {}
+
+    def log_path(self, worker: Worker) -> Path:
+        return self._log_dir / worker.namespace / f"{worker.name}.log"
+
+    def pid(self, worker_id: str) -> int | None:
+        """The process id of a running daemon this backend started, else ``None``."""
+        child = self._children.get(worker_id)
+        return None if child is None else child.proc.pid
+
+    async def wait_exited(self, worker_id: str) -> int | None:
+        """Wait until the daemon's process has ended and been reported to the exit callback.
+
+        Returns:
+            Its exit code (negative: the signal that killed it), or ``None`` when this
+            backend runs no process for ``worker_id``.
+        """
+        child = self._children.get(worker_id)
+        if child is None or child.watcher is None:
+            return None
+        await asyncio.shield(child.watcher)
+        return child.proc.returncode
+
+    def check_launch(self, provider: ProviderRow, nats_url: str) -> None:
+        """Local launches are always possible."""
+
+    async def launch(self, workers: list[Worker], nats_url: str) -> None:
+        for worker in workers:
+            argv = daemon_argv(self.command, worker, nats_url, self._heartbeat_s)
+            path = self.log_path(worker)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "ab") as out:
+                    out.write(f"--- {now().isoformat()} launched: {' '.join(argv)}\n".encode())
+                    out.flush()
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+            except OSError as e:
+                log.error("cannot start daemon %s (%s): %s", worker.name, worker.id, e)
+                self._on_exit(worker, None, f"could not start: {e}", False)
+                continue
+            child = _Child(worker, proc, path)
+            self._children[worker.id] = child
+            child.watcher = asyncio.create_task(self._watch(child), name=f"daemon:{worker.name}")
+            log.info("started daemon %s (%s) as pid %d", worker.name, worker.id, proc.pid)
+
+    async def stop(self, worker_id: str) -> bool:
+        """SIGTERM now, SIGKILL after ``stop_timeout_s`` if it is still running."""
+        child = self._children.get(worker_id)
+        if child is None:
+            return False
+        if not child.stopping:
+            _terminate(child)
+            loop = asyncio.get_running_loop()
+            child.kill_timer = loop.call_later(self._stop_timeout_s, _kill, child)
+        return True
+
+    async def close(self) -> None:
+        """SIGTERM every daemon, SIGKILL those still running after ``close_timeout_s``."""
+        children = list(self._children.values())
+        if not children:
+            return
+        for child in children:
+            _terminate(child)
+        watchers = {c.watcher for c in children if c.watcher is not None}
+        _, pending = await asyncio.wait(watchers, timeout=self._close_timeout_s)
+        if pending:
+            log.warning("%d daemon(s) still running after SIGTERM; killing them", len(pending))
+            for child in children:
+                _kill(child)
+            _, pending = await asyncio.wait(pending, timeout=self._close_timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _watch(self, child: _Child) -> None:
+        code = await child.proc.wait()
+        if child.kill_timer is not None:
+            child.kill_timer.cancel()
+        self._children.pop(child.worker.id, None)
+        w = child.worker
+        reason = _describe(code)
+        if child.stopping or code == 0:
+            log.info("daemon %s (%s) ended: %s", w.name, w.id, reason)
+        else:
+            tail = _tail(child.log_path)
+            reason += f"; last output: {tail}" if tail else ""
+            log.warning("daemon %s (%s) %s (log: %s)", w.name, w.id, reason, child.log_path)
+        self._on_exit(w, code, reason, child.stopping)
+
+
+def _terminate(child: _Child) -> None:
+    child.stopping = True
+    with contextlib.suppress(ProcessLookupError):
+        child.proc.terminate()
+
+
+def _kill(child: _Child) -> None:
+    if child.proc.returncode is None:
+        w = child.worker
+        log.warning("daemon %s (%s) did not stop in time; killing it", w.name, w.id)
+        with contextlib.suppress(ProcessLookupError):
+            child.proc.kill()
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _tail(path: Path) -> str:
+    """The last few non-empty lines of a log, joined with `` | `` (empty if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    # The launch header lines are ours, not the daemon's.
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("--- ")]
+    return " | ".join(lines[-_TAIL_LINES:])

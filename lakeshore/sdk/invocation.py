@@ -1,0 +1,328 @@
+"""Waiting for an invocation, and the :class:`Invocation` handle that ``udf`` returns.
+
+Waiting never busy-polls: it long-polls the result route (``wait_s``) in slices shorter
+than the client's request timeout, so an unbounded wait is a sequence of held requests.
+
+What a finished invocation gives back: its value, or one of the :class:`JobFailed`
+exceptions — :class:`RemoteError` (it raised, or its command failed), :class:`JobCancelled`
+or :class:`JobDropped`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from lakeshore.errors import LakeshoreError, NotFound
+from lakeshore.model import Job, JobDetail, Result
+from lakeshore.sdk import sync
+from lakeshore.sdk.client import Client
+
+#: The result route holds a request at most this long (seconds).
+MAX_WAIT_S = 600.0
+#: Fewest seconds between two polls, should a server answer "unfinished" early.
+MIN_POLL_S = 0.5
+#: How long after its submit an invocation may still be unknown to the jobs routes
+#: (seconds): the control plane records the submission moments after answering it.
+RECORD_GRACE_S = 5.0
+_GRACE_PAUSE_S = (0.01, 0.25)
+#: Error types the result route uses for invocations that never ran to their end.
+CANCELLED_TYPE = "lakeshore.Cancelled"
+DROPPED_TYPE = "lakeshore.Dropped"
+
+
+class JobFailed(LakeshoreError):
+    """An invocation finished without a value.
+
+    Attributes:
+        invocation_id: the invocation.
+        result: the result the server answered (``ok`` false), with ``error``,
+            ``exit_code`` and the tail of a command's ``output``.
+    """
+
+    code = "job_failed"
+
+    def __init__(self, invocation_id: str, result: Result, message: str) -> None:
+        self.invocation_id, self.result = invocation_id, result
+        super().__init__(message)
+
+
+class RemoteError(JobFailed):
+    """The invocation's function raised (or its command failed) on its last attempt.
+
+    Attributes:
+        remote_type: the exception's qualified type on the daemon, e.g.
+            ``builtins.ValueError`` (a failed command: ``subprocess.CalledProcessError``).
+        remote_message: the exception's message.
+        traceback: the remote traceback text (also attached as a note, so an uncaught
+            error prints it); empty when the daemon sent none.
+    """
+
+    code = "remote_error"
+
+    def __init__(self, invocation_id: str, result: Result) -> None:
+        error = result.error
+        self.remote_type = error.type if error else "unknown"
+        self.remote_message = error.message if error else "no error was reported"
+        self.traceback = error.traceback if error else ""
+        super().__init__(
+            invocation_id,
+            result,
+            f"invocation {invocation_id} failed: {self.remote_type}: {self.remote_message}",
+        )
+        if self.traceback:
+            self.add_note("remote traceback:\n" + self.traceback.rstrip("\n"))
+
+
+class JobCancelled(JobFailed):
+    """The invocation was cancelled before it finished."""
+
+    code = "job_cancelled"
+
+    def __init__(self, invocation_id: str, result: Result) -> None:
+        super().__init__(invocation_id, result, f"invocation {invocation_id} was cancelled")
+
+
+class JobDropped(JobFailed):
+    """The invocation was evicted from its full ``drop_oldest`` queue and never ran."""
+
+    code = "job_dropped"
+
+    def __init__(self, invocation_id: str, result: Result) -> None:
+        super().__init__(
+            invocation_id,
+            result,
+            f"invocation {invocation_id} was dropped from its full queue (on_full: "
+            "drop_oldest) before it ran",
+        )
+
+
+_FAILURES: dict[str, type[JobCancelled] | type[JobDropped]] = {
+    CANCELLED_TYPE: JobCancelled,
+    DROPPED_TYPE: JobDropped,
+}
+
+
+def failure(result: Result) -> JobFailed | None:
+    """The exception a finished result stands for; ``None`` if it succeeded."""
+    if result.ok:
+        return None
+    error_type = result.error.type if result.error else ""
+    return _FAILURES.get(error_type, RemoteError)(result.id, result)
+
+
+def value_of(result: Result) -> Any:
+    """A finished invocation's return value (``None`` for a command).
+
+    Raises:
+        JobFailed: the :func:`failure` the result stands for.
+    """
+    if (err := failure(result)) is not None:
+        raise err
+    return result.value
+
+
+T = TypeVar("T")
+
+
+async def known(ask: Callable[[], Awaitable[T]], until: float) -> T:
+    """``await ask()``; until ``time.monotonic()`` reaches ``until``, a job-not-found answer
+    means "not recorded yet" and is asked again (after 10 ms, doubling up to 250 ms)."""
+    pause, most = _GRACE_PAUSE_S
+    while True:
+        try:
+            return await ask()
+        except NotFound as e:
+            # Its subclasses name a missing namespace or queue, which waiting cannot fix.
+            if type(e) is not NotFound or time.monotonic() + pause > until:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, most)
+
+
+async def poll_result(
+    client: Client,
+    invocation_id: str,
+    timeout_s: float | None = None,
+    *,
+    namespace: str | None = None,
+    unknown_until: float = 0.0,
+) -> tuple[Result | Job, Any]:
+    """Wait until an invocation has finished, or ``timeout_s`` has passed.
+
+    Args:
+        timeout_s: longest wait in seconds; ``None`` waits for ever, ``0`` asks once.
+        unknown_until: ``time.monotonic()`` until which the id may be unknown to the server
+            (see :func:`known`); give ``time.monotonic() + RECORD_GRACE_S`` for an id that
+            was just submitted.
+
+    Returns:
+        The last answer of the result route, typed and as the server sent it: a
+        :class:`Result` (finished, failed or not) or, at the timeout, the :class:`Job`.
+
+    Raises:
+        LakeshoreError: from the API (e.g. ``NotFound`` for an unknown id).
+    """
+    clock = time.monotonic
+    deadline = None if timeout_s is None else clock() + timeout_s
+    if deadline is not None:
+        unknown_until = min(unknown_until, deadline)
+    # Half the request timeout leaves the server time to answer a held request.
+    slice_s = min(MAX_WAIT_S, client.timeout_s / 2)
+    while True:
+        left = slice_s if deadline is None else max(0.0, min(slice_s, deadline - clock()))
+        asked = clock()
+        call = client.job_result(invocation_id, wait_s=left, namespace=namespace)
+        body = await known(call.body, unknown_until)
+        answer = call.decode(body)
+        if isinstance(answer, Result) or (deadline is not None and clock() >= deadline):
+            return answer, body
+        if (early := MIN_POLL_S - (clock() - asked)) > 0:
+            # Only a server that answers before wait_s gets here; bound its request rate.
+            await asyncio.sleep(early)
+
+
+async def wait_result(
+    client: Client,
+    invocation_id: str,
+    timeout_s: float | None = None,
+    *,
+    namespace: str | None = None,
+    unknown_until: float = 0.0,
+) -> Result:
+    """Wait until an invocation has finished and return its result, failed or not.
+
+    Args:
+        timeout_s: longest wait in seconds; ``None`` waits for ever, ``0`` asks once.
+        unknown_until: as for :func:`poll_result`.
+
+    Raises:
+        TimeoutError: it had not finished within ``timeout_s``.
+        LakeshoreError: from the API (e.g. ``NotFound`` for an unknown id).
+    """
+    answer, _ = await poll_result(
+        client, invocation_id, timeout_s, namespace=namespace, unknown_until=unknown_until
+    )
+    if isinstance(answer, Job):
+        raise TimeoutError(
+            f"invocation {invocation_id} did not finish within {timeout_s:g}s "
+            f"(state {answer.state}, attempt {answer.attempt})"
+        )
+    return answer
+
+
+class Invocation:
+    """A handle on one submitted invocation.
+
+    ``udf`` functions return these; ``Invocation(id)`` re-attaches to any invocation of the
+    configured namespace (see :func:`lakeshore.sdk.configure`). The synchronous methods
+    block the calling thread; the ``a``-prefixed ones are their coroutine twins.
+
+    Attributes:
+        id: the invocation id.
+        namespace: its namespace (``None``: the configured client's).
+        queue: the queue it was submitted to, when known.
+        warnings: what the server warned of at submission, e.g. ``no_members``.
+    """
+
+    __slots__ = ("id", "namespace", "queue", "warnings", "_unknown_until")
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        namespace: str | None = None,
+        queue: str | None = None,
+        warnings: tuple[str, ...] = (),
+        submitted: bool = False,
+    ) -> None:
+        """``submitted``: it was submitted just now, so the server may not list it yet."""
+        self.id, self.namespace, self.queue, self.warnings = id, namespace, queue, warnings
+        self._unknown_until = time.monotonic() + RECORD_GRACE_S if submitted else 0.0
+
+    def __repr__(self) -> str:
+        return f"Invocation(id={self.id!r}, queue={self.queue!r}, namespace={self.namespace!r})"
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the invocation to finish and return its value.
+
+        Args:
+            timeout: longest wait in seconds; ``None`` waits for ever.
+
+        Returns:
+            The function's return value as JSON builtins (``None`` for a command).
+
+        Raises:
+            TimeoutError: not finished within ``timeout``.
+            RemoteError: it raised (or its command failed) on its last attempt.
+            JobCancelled / JobDropped: it was cancelled, or dropped from a full queue.
+        """
+        return value_of(self.outcome(timeout))
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """:meth:`result` as a coroutine."""
+        return value_of(await self.aoutcome(timeout))
+
+    def outcome(self, timeout: float | None = None) -> Result:
+        """Wait like :meth:`result`, but return the whole :class:`Result`, failed or not
+        (a command's ``exit_code`` and ``output`` are there)."""
+        return sync.call(lambda c: self._wait(c, timeout))
+
+    async def aoutcome(self, timeout: float | None = None) -> Result:
+        """:meth:`outcome` as a coroutine."""
+        return await sync.acall(lambda c: self._wait(c, timeout))
+
+    def status(self) -> JobDetail:
+        """The invocation now: state, attempt, worker, and every attempt so far."""
+        return sync.call(self._show)
+
+    async def astatus(self) -> JobDetail:
+        """:meth:`status` as a coroutine."""
+        return await sync.acall(self._show)
+
+    def cancel(self) -> Job:
+        """Cancel it: a pending invocation is removed, a running one is stopped by its daemon.
+
+        Returns:
+            The job as the server answered (``cancelled``, or still ``running`` while its
+            daemon stops it).
+
+        Raises:
+            Conflict: it had already finished.
+        """
+        return sync.call(self._cancel)
+
+    async def acancel(self) -> Job:
+        """:meth:`cancel` as a coroutine."""
+        return await sync.acall(self._cancel)
+
+    async def _wait(self, client: Client, timeout: float | None) -> Result:
+        return await wait_result(
+            client, self.id, timeout, namespace=self.namespace, unknown_until=self._unknown_until
+        )
+
+    async def _show(self, client: Client) -> JobDetail:
+        return await known(
+            lambda: client.job_show(self.id, namespace=self.namespace), self._unknown_until
+        )
+
+    async def _cancel(self, client: Client) -> Job:
+        return await known(
+            lambda: client.job_cancel(self.id, namespace=self.namespace), self._unknown_until
+        )
+
+
+__all__ = [
+    "Invocation",
+    "JobCancelled",
+    "JobDropped",
+    "JobFailed",
+    "RemoteError",
+    "failure",
+    "known",
+    "poll_result",
+    "value_of",
+    "wait_result",
+]

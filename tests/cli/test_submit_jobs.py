@@ -1,0 +1,327 @@
+"""``lakeshore submit`` and ``lakeshore jobs`` against the real control plane, and with a
+real daemon (a ``lakeshore daemon run`` subprocess) for results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+from click.testing import CliRunner, Result
+
+from lakeshore.actors.recorder import WaitRecorded
+from lakeshore.bus import subjects
+from lakeshore.cli.exits import API_ERROR, OK, USAGE
+from lakeshore.cli.main import lakeshore
+from lakeshore.model import Invocation
+
+Invoke = Callable[..., Awaitable[Result]]
+Q = "/v1/namespaces/default/queues"
+
+
+@pytest.fixture
+def cli(control_plane, monkeypatch, tmp_path) -> Invoke:
+    """``await cli("submit", …)`` with the control plane's URL and admin token in the
+    environment; run on a thread, since the control plane serves on the test's loop."""
+    for var in ("LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    env = {"LAKESHORE_API": control_plane.api, "LAKESHORE_TOKEN": control_plane.admin_token}
+
+    async def invoke(*args: str, expect: int = OK, remote_traceback: bool = False) -> Result:
+        runner = CliRunner(env=env)
+        result = await asyncio.to_thread(
+            runner.invoke, lakeshore, list(args), prog_name="lakeshore"
+        )
+        assert result.exit_code == expect, (result.stdout, result.stderr, result.exception)
+        # Only a failed function's own (remote) traceback may be shown, never the CLI's.
+        assert ("Traceback" in result.output) == remote_traceback, result.output
+        return result
+
+    return invoke
+
+
+@pytest.fixture
+async def queue(api) -> str:
+    status, body = await api.post(Q, {"name": "cpu-prep"})
+    assert status == 201, body
+    return "cpu-prep"
+
+
+async def caught_up(control_plane, js) -> None:
+    """Wait until the Recorder has recorded every event published so far: the jobs routes
+    read its records, which trail a submit's answer by moments."""
+    last = (await js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+    async with asyncio.timeout(10):
+        await (await control_plane.plane.recorder.ask(WaitRecorded(last)))
+
+
+async def stored(js, stream: str = "LS_default_cpu-prep") -> list[Invocation]:
+    info = await js.stream_info(stream)
+    return [
+        msgspec.json.decode((await js.get_msg(stream, seq)).data, type=Invocation)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1)
+    ]
+
+
+# ---- submit -------------------------------------------------------------------------
+
+
+async def test_submit_a_command_prints_its_id_and_lands_on_the_queue(cli, queue, js):
+    result = await cli(
+        "submit", "--queue", queue, "--env", "A=1", "--timeout", "9", "--", "echo", "-n", "hi"
+    )
+    [msg] = await stored(js)
+    assert result.stdout == f"{msg.id}\n"
+    assert (msg.command, msg.env, msg.timeout_s, msg.fn) == (
+        ["echo", "-n", "hi"],
+        {"A": "1"},
+        9,
+        None,
+    )
+
+
+async def test_options_after_the_first_word_belong_to_the_command(cli, queue, js):
+    await cli("submit", "-q", queue, "python", "-c", "print(1)", "-n", "x")
+    [msg] = await stored(js)
+    assert msg.command == ["python", "-c", "print(1)", "-n", "x"]
+
+
+async def test_submit_a_function_with_json_arguments(cli, queue, js):
+    result = await cli(
+        "submit", "--queue", queue, "--fn", "tasks:train",
+        "--args", '[{"lr": 0.1}, 3]', "--kwargs", '{"epochs": 2}',
+        "--max-attempts", "3", "--idempotency-key", "run-7",
+    )  # fmt: skip
+    [msg] = await stored(js)
+    assert result.stdout.strip() == msg.id
+    assert (msg.fn, msg.args, msg.kwargs, msg.max_attempts) == (
+        "tasks:train",
+        [{"lr": 0.1}, 3],
+        {"epochs": 2},
+        3,
+    )
+    again = await cli(
+        "submit", "--queue", queue, "--fn", "tasks:train", "--idempotency-key", "run-7"
+    )
+    assert again.stdout == result.stdout
+    assert len(await stored(js)) == 1
+
+
+async def test_submit_prints_warnings_on_stderr(cli, queue):
+    result = await cli("submit", "--queue", queue, "--", "true")
+    assert result.stderr.startswith("warning: no_members: queue 'cpu-prep' has no daemons")
+    assert len(result.stdout.split()) == 1
+
+
+async def test_submit_json_output_is_the_api_answer(cli, queue, register):
+    await register("w", queues=[queue])
+    result = await cli("submit", "--queue", queue, "-o", "json", "--", "true")
+    answer = json.loads(result.stdout)
+    assert (answer["queue"], answer["namespace"], answer["warnings"]) == (queue, "default", [])
+    assert len(answer["ids"]) == 1 and result.stderr == ""
+
+
+async def test_submit_with_priority_picks_the_level(cli, api, js):
+    await api.post(Q, {"name": "gpu", "kind": "priority"})
+    await cli("submit", "--queue", "gpu", "--priority", "8", "--", "nvidia-smi")
+    [msg] = await stored(js, "LS_default_gpu")
+    assert msg.priority == 8
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--queue", "q"], "give exactly one of a command"),
+        (["--queue", "q", "--fn", "m:f", "--", "echo"], "give exactly one of a command"),
+        (
+            ["--queue", "q", "--fn", "m:f", "--args", "[1,"],
+            "Invalid value for --args: not valid JSON",
+        ),  # fmt: skip
+        (["--queue", "q", "--fn", "m:f", "--args", '{"a": 1}'], "must be a JSON array"),
+        (["--queue", "q", "--fn", "m:f", "--kwargs", "[1]"], "must be a JSON object"),
+        (["--queue", "q", "--args", "[1]", "--", "echo"], "--args and --kwargs go with --fn"),
+        (["--queue", "q", "--fn", "m:f", "--env", "A=1"], "--env is for commands"),
+        (["--queue", "q", "--env", "A", "--", "echo"], "expected KEY=VALUE, got 'A'"),
+        (["--queue", "q", "--priority", "10", "--", "echo"], "10 is not in the range 0<=x<=9"),
+        (["--queue", "q", "--timeout", "0", "--", "echo"], "--timeout"),
+        (["--", "echo"], "Missing option '--queue'"),
+    ],
+)
+async def test_submit_usage_errors_exit_2(cli, queue, js, args, needle):
+    result = await cli("submit", *args, expect=USAGE)
+    assert needle in result.stderr
+    assert (await js.stream_info("LS_default_cpu-prep")).state.messages == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--queue", "nope", "--", "echo"], "error: queue 'nope' does not exist"),
+        (["--queue", "cpu-prep", "--fn", "no-colon"], "must look like 'package.module:function'"),
+        (["--queue", "cpu-prep", "--priority", "3", "--", "echo"], "queue 'cpu-prep' is fifo"),
+    ],
+)
+async def test_submit_refused_by_the_api_exits_1(cli, queue, args, needle):
+    result = await cli("submit", *args, expect=API_ERROR)
+    assert needle in result.stderr and result.stdout == ""
+
+
+async def test_submit_to_a_draining_queue_exits_1(cli, api, queue):
+    await api.post(f"{Q}/{queue}/drain")
+    result = await cli("submit", "--queue", queue, "--", "echo", expect=API_ERROR)
+    assert result.stderr.startswith("error: queue 'cpu-prep' is draining")
+
+
+# ---- jobs ---------------------------------------------------------------------------
+
+
+async def test_jobs_ls_shows_submitted_invocations_newest_first(cli, queue, control_plane, js):
+    first = (await cli("submit", "--queue", queue, "--", "echo", "1")).stdout.strip()
+    second = (await cli("submit", "--queue", queue, "--fn", "m:f")).stdout.strip()
+    await caught_up(control_plane, js)
+    header, *rows = (await cli("jobs", "ls")).stdout.strip().splitlines()
+    assert header.split() == [
+        "ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "SUBMITTED", "PENDING_REASON"
+    ]  # fmt: skip
+    assert [r.split()[:5] for r in rows] == [
+        [second, queue, "pending", "0/1", "-"],
+        [first, queue, "pending", "0/1", "-"],
+    ]
+    assert all(r.split()[-1] == "no_members" for r in rows)
+
+
+async def test_jobs_ls_filters_and_pages(cli, api, queue, control_plane, js):
+    await api.post(Q, {"name": "other"})
+    mine = [(await cli("submit", "-q", queue, "--", "true")).stdout.strip() for _ in range(3)]
+    await cli("submit", "-q", "other", "--", "true")
+    await caught_up(control_plane, js)
+    listed = json.loads((await cli("jobs", "ls", "--queue", queue, "-o", "json")).stdout)
+    assert [j["id"] for j in listed["jobs"]] == mine[::-1]
+    page = json.loads((await cli("jobs", "ls", "-q", queue, "--limit", "2", "-o", "json")).stdout)
+    assert [j["id"] for j in page["jobs"]] == mine[:0:-1]
+    rest = json.loads(
+        (await cli("jobs", "ls", "-q", queue, "--after", mine[1], "-o", "json")).stdout
+    )
+    assert [j["id"] for j in rest["jobs"]] == [mine[0]]
+    running = json.loads((await cli("jobs", "ls", "--state", "running", "-o", "json")).stdout)
+    assert running["jobs"] == []
+
+
+async def test_jobs_show_has_a_key_value_block_and_attempts(cli, queue, control_plane, js):
+    job_id = (await cli("submit", "--queue", queue, "--", "echo", "hi")).stdout.strip()
+    await caught_up(control_plane, js)
+    out = (await cli("jobs", "show", job_id)).stdout
+    lines = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    assert lines["id"].strip() == job_id
+    assert lines["state"].strip() == "pending"
+    assert lines["command"].strip() == "[echo, hi]"
+    assert "attempts: (none)" in out
+
+
+async def test_jobs_result_of_an_unfinished_job_exits_1_and_says_so(cli, queue, control_plane, js):
+    job_id = (await cli("submit", "--queue", queue, "--", "echo", "hi")).stdout.strip()
+    await caught_up(control_plane, js)
+    result = await cli("jobs", "result", job_id, expect=API_ERROR)
+    assert result.stderr.startswith(f"error: invocation {job_id} has not finished: it is pending")
+    assert "--wait" in result.stderr
+    waited = await cli("jobs", "result", job_id, "--wait", "0.3", "-o", "json", expect=API_ERROR)
+    assert json.loads(waited.stdout)["state"] == "pending"
+
+
+async def test_jobs_cancel_a_pending_job(cli, queue, control_plane, js):
+    job_id = (await cli("submit", "--queue", queue, "--", "sleep", "60")).stdout.strip()
+    await caught_up(control_plane, js)
+    assert (await cli("jobs", "cancel", job_id)).stdout == f"cancelled {job_id}\n"
+    shown = json.loads((await cli("jobs", "show", job_id, "-o", "json")).stdout)
+    assert shown["state"] == "cancelled"
+    assert (await js.stream_info("LS_default_cpu-prep")).state.messages == 0
+    again = await cli("jobs", "cancel", job_id, expect=API_ERROR)
+    assert again.stderr.startswith("error: ")
+    result = await cli("jobs", "result", job_id, expect=API_ERROR)
+    assert result.stderr == f"error: invocation {job_id} was cancelled\n"
+
+
+async def test_jobs_of_an_unknown_id_exit_1(cli):
+    for verb in ("show", "result", "cancel"):
+        result = await cli("jobs", verb, "0192f0c0-0000-7000-8000-000000000000", expect=API_ERROR)
+        assert result.stderr.startswith("error: "), verb
+
+
+# ---- with a daemon: results -----------------------------------------------------------
+
+
+@pytest.fixture
+async def daemon(nats_server, queue, tmp_path) -> AsyncIterator[None]:
+    """``lakeshore daemon run`` on the queue, as a subprocess (it can import ``udf_targets``)."""
+    log = tmp_path / "daemon.log"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "sdk")}
+    argv = ["-m", "lakeshore.daemon", "--nats-url", nats_server.url, "--queue", queue]
+    with open(log, "wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, "--name", "cli-daemon", env=env, stdout=out, stderr=out
+        )
+    try:
+        yield
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            pytest.fail(f"the daemon did not stop on SIGTERM:\n{log.read_text()}")
+
+
+async def test_submit_wait_prints_the_commands_output(cli, queue, daemon):
+    result = await cli("submit", "--queue", queue, "--wait", "--", "echo", "hi")
+    assert result.stdout == "hi\n"
+    [submitted] = [line for line in result.stderr.splitlines() if line.startswith("submitted ")]
+    assert submitted.endswith(f"to queue {queue}; waiting")
+
+
+async def test_submit_wait_of_a_failing_command_exits_1_with_its_output(cli, queue, daemon):
+    script = "echo partial; echo oops >&2; exit 3"
+    result = await cli("submit", "-q", queue, "--wait", "--", "sh", "-c", script, expect=API_ERROR)
+    assert result.stdout == "partial\noops\n"
+    assert "failed: subprocess.CalledProcessError: command 'sh' exited with status 3" in (
+        result.stderr
+    )
+
+
+async def test_submit_wait_of_a_function_prints_its_value_as_json(cli, queue, daemon):
+    args = ["--fn", "udf_targets:pair", "--args", '["a"]', "--kwargs", '{"b": {"k": 1}}']
+    result = await cli("submit", "--queue", queue, "--wait", *args)
+    assert json.loads(result.stdout) == ["a", {"k": 1}]
+
+
+async def test_submit_wait_of_a_raising_function_shows_the_remote_traceback(cli, queue, daemon):
+    args = ["--fn", "udf_targets:fail", "--args", '["boom"]']
+    result = await cli(
+        "submit", "--queue", queue, "--wait", *args, expect=API_ERROR, remote_traceback=True
+    )
+    assert result.stdout == ""
+    assert 'udf_targets.py", line' in result.stderr
+    assert "raise ValueError(message)" in result.stderr
+    assert result.stderr.rstrip().endswith("failed: builtins.ValueError: boom")
+
+
+async def test_jobs_result_and_show_after_the_run(cli, queue, daemon, control_plane, js):
+    job_id = (await cli("submit", "-q", queue, "--", "echo", "later")).stdout.strip()
+    await caught_up(control_plane, js)
+    assert (await cli("jobs", "result", job_id, "--wait", "60")).stdout == "later\n"
+    body = json.loads((await cli("jobs", "result", job_id, "-o", "json")).stdout)
+    assert (body["ok"], body["exit_code"], body["output"]) == (True, 0, "later\n")
+    shown = (await cli("jobs", "show", job_id)).stdout
+    assert "state:" in shown and "succeeded" in shown
+    header, row = shown.split("attempts: 1\n")[1].strip().splitlines()
+    assert header.split() == ["ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME"]
+    assert row.split()[0] == "1" and row.split()[-1] == "succeeded"
+    [line] = [r for r in (await cli("jobs", "ls")).stdout.splitlines() if r.startswith(job_id)]
+    assert line.split()[2:4] == ["succeeded", "1/1"]

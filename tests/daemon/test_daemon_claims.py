@@ -1,0 +1,81 @@
+"""Claiming: exactly once across daemons, strict priority, round-robin, live membership."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from daemon_support import WAIT_S, W, fn
+
+from lakeshore.model import EventType
+
+
+async def test_three_daemons_claim_each_invocation_exactly_once(bench, daemons):
+    q = await bench.queue("claims-once")
+    for name in ("d1", "d2", "d3"):
+        await daemons.start(name, queues=[q], concurrency=4)
+    ids = []
+    for _ in range(6):
+        ids += await bench.submit(q, *[fn("noop")] * 50)
+    succeeded = await bench.events.wait_count(EventType.SUCCEEDED, len(ids), queue=q)
+    assert Counter(e.invocation_id for e in succeeded) == Counter(ids)
+    assert len(bench.events.of(EventType.CLAIMED, q)) == len(ids)
+    assert {e.epoch for e in succeeded} == {1}
+    results = await asyncio.gather(*(bench.result(i, 1) for i in ids))
+    assert all(r.ok for r in results)
+    assert await bench.depth(q) == 0
+    # Batched: far fewer publishes than events.
+    assert bench.events.batches < len(bench.events.events) / 2
+
+
+async def test_a_priority_queue_is_claimed_in_strict_priority_order(bench, daemons):
+    q = await bench.queue("claims-prio", kind="priority")
+    priorities = [0, 5, 9, 5, 0, 9, 3]
+    ids = await bench.submit(q, *[{**fn("noop"), "priority": p} for p in priorities])
+    await daemons.start("solo", queues=[q])
+    started = await bench.events.wait_count(EventType.STARTED, len(ids), queue=q)
+    by_id = dict(zip(ids, priorities, strict=True))
+    expected = sorted(ids, key=lambda i: -by_id[i])  # stable: fifo within a level
+    assert [e.invocation_id for e in started] == expected
+    assert [e.detail["level"] for e in bench.events.of(EventType.CLAIMED, q)] == sorted(
+        priorities, reverse=True
+    )
+
+
+async def test_two_member_queues_are_served_round_robin(bench, daemons):
+    a = await bench.queue("claims-rr-a")
+    b = await bench.queue("claims-rr-b")
+    a_ids = await bench.submit(a, *[fn("noop")] * 3)
+    b_ids = await bench.submit(b, *[fn("noop")] * 3)
+    await daemons.start("solo", queues=[a, b])
+    started = await bench.events.wait_count(EventType.STARTED, 6)
+    # Events travel per queue subject, so only their timestamps order them across queues.
+    started.sort(key=lambda e: e.ts)
+    assert [e.invocation_id for e in started] == [
+        x for pair in zip(a_ids, b_ids, strict=True) for x in pair
+    ]
+
+
+async def test_a_membership_edit_is_taken_up_within_two_heartbeats(bench, daemons, api):
+    a = await bench.queue("claims-member-a")
+    b = await bench.queue("claims-member-b")
+    daemon = await daemons.start("member", queues=[a])
+    [waiting] = await bench.submit(b, fn("noop"))
+    status, body = await api.post(f"{W}/{daemon.id}/queues", {"add": [b]})
+    assert status == 200 and body["queues"] == [a, b]
+    heart = daemon.running.heartbeater
+    async with asyncio.timeout(WAIT_S):
+        await heart.wait_beats(2)
+    assert heart.queues == [a, b]
+    assert await bench.events.wait_final(waiting) is EventType.SUCCEEDED
+    status, body = await api.post(f"{W}/{daemon.id}/queues", {"remove": [a]})
+    async with asyncio.timeout(WAIT_S):
+        await heart.wait_beats(2)
+    assert heart.queues == [b]
+
+
+async def test_a_daemon_without_queues_serves_the_default_queue(bench, daemons, api):
+    await api.get("/v1/namespaces/default/queues")  # materialises the default queue
+    await daemons.start("plain")
+    [inv_id] = await bench.submit("default", fn("add", 1, 1))
+    assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED

@@ -1,0 +1,50 @@
+"""The pure policies and the command line, without NATS."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from lakeshore.cli.daemon_run import run
+from lakeshore.daemon.policies import backoff_s, should_retry
+from lakeshore.daemon.runner import Capture, resolve
+
+
+def test_backoff_doubles_from_one_second_and_is_capped_at_a_minute():
+    assert [backoff_s(e) for e in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff_s(10_000) == 60
+
+
+@pytest.mark.parametrize(
+    ("epoch", "max_attempts", "retry"), [(1, 1, False), (1, 3, True), (2, 3, True), (3, 3, False)]
+)
+def test_an_attempt_is_retried_while_attempts_are_left(epoch, max_attempts, retry):
+    assert should_retry(epoch, max_attempts) is retry
+
+
+def test_capture_keeps_the_last_bytes_and_survives_a_cut_character():
+    capture = Capture(limit=2)
+    capture.feed(b"ab")
+    capture.feed("é!".encode())
+    assert capture.text() == "\ufffd!"  # the cut left half of the 2-byte 'é'
+    capture.feed(b"xyz")
+    assert capture.text() == "yz"
+
+
+def test_fn_references_are_module_colon_qualname():
+    assert resolve("os.path:join.__name__") == "join"
+    with pytest.raises(ValueError, match="module:qualname"):
+        resolve("os.path.join")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--label", "nokey"], "KEY=VALUE"),
+        (["--queue", "Bad_Name"], "invalid queue name"),
+        ([], "no NATS URL"),
+    ],
+)
+def test_run_rejects_bad_flags_with_usage_errors(args, message):
+    result = CliRunner().invoke(run, args, env={"LAKESHORE_NATS_URL": ""})
+    assert result.exit_code == 2 and message in result.output

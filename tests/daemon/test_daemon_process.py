@@ -1,0 +1,66 @@
+"""The daemon as a process: SIGTERM drains and exits 0; a SIGKILLed daemon's claim moves on."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from daemon_support import NS, WAIT_S, W, command, fn
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from lakeshore.bus import subjects
+from lakeshore.model import EventType, WorkerStatus
+
+
+async def test_sigterm_finishes_the_current_run_and_exits_0(bench, processes, api):
+    q = await bench.queue("proc-term")
+    daemon = await processes.start("termed", "--queue", q)
+    running, pending = await bench.submit(q, command("sleep", "0.5"), fn("noop"))
+    await bench.events.wait_count(EventType.STARTED, 1, queue=q)
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert await daemon.wait() == 0, daemon.output
+    assert await bench.events.wait_final(running) is EventType.SUCCEEDED
+    assert bench.events.for_id(pending) == [EventType.SUBMITTED]
+    assert await bench.depth(q) == 1
+    line = await daemon.wait_line("registered as")
+    worker_id = line.split("(")[1].split(")")[0]
+    assert (await api.get(f"{W}/{worker_id}"))[1]["status"] == WorkerStatus.STOPPED
+    assert "retiring (SIGTERM)" in daemon.output
+
+
+async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
+    bench, processes, daemons, tmp_path: Path
+):
+    q = await bench.queue("proc-kill")
+    # A short lease, set on the consumer as the control plane would (it owns ack_wait).
+    await bench.js.add_consumer(
+        subjects.queue_stream(NS, q),
+        ConsumerConfig(
+            durable_name=subjects.level_consumer(0),
+            filter_subject=subjects.level_subject(NS, q, 0),
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=1.0,
+            max_ack_pending=10_000,
+        ),
+    )
+    victim = await processes.start("victim", "--queue", q)
+    [inv_id] = await bench.submit(q, fn("hang_first_time", str(tmp_path / "marker")))
+    [first] = await bench.events.wait_count(EventType.STARTED, 1, queue=q)
+    victim.proc.send_signal(signal.SIGKILL)
+    assert await victim.wait() == -signal.SIGKILL
+    heir = await daemons.start("heir", queues=[q])
+    assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    [done] = bench.events.of(EventType.SUCCEEDED, q)
+    assert done.worker == heir.id and done.epoch == 2 and first.epoch == 1
+    assert (await bench.result(inv_id, 2)).value == "second run"
+    assert await bench.depth(q) == 0
+    async with asyncio.timeout(WAIT_S):
+        await heir.running.dispatcher.wait_idle()
+
+
+async def test_a_daemon_waits_for_an_unreachable_nats_until_sigterm(bench, processes):
+    daemon = await processes.start("early", url="nats://127.0.0.1:1", ready="Connect call failed")
+    daemon.proc.send_signal(signal.SIGTERM)
+    assert await daemon.wait() == 0, daemon.output
+    assert "stopped before NATS" in daemon.output

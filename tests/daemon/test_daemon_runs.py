@@ -1,0 +1,103 @@
+"""Running invocations: functions, commands, results, errors, retries and timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon_support import command, fn, wait_gone
+
+from lakeshore.model import EventType
+
+
+async def test_a_function_runs_and_its_result_is_stored(bench, daemons):
+    q = await bench.queue("runs-fn")
+    daemon = await daemons.start("solo", queues=[q])
+    [inv_id] = await bench.submit(q, fn("add", 2, 3))
+    assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    assert bench.events.for_id(inv_id) == [
+        EventType.SUBMITTED,
+        EventType.CLAIMED,
+        EventType.STARTED,
+        EventType.SUCCEEDED,
+    ]
+    result = await bench.result(inv_id, 1)
+    assert result.ok and result.value == 5 and result.epoch == 1
+    assert await bench.depth(q) == 0
+    assert result.worker == daemon.id
+
+
+async def test_a_coroutine_function_is_awaited(bench, daemons):
+    q = await bench.queue("runs-async")
+    await daemons.start("solo", queues=[q])
+    [inv_id] = await bench.submit(q, fn("async_double", 21))
+    assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    assert (await bench.result(inv_id, 1)).value == 42
+
+
+async def test_a_command_keeps_its_exit_code_and_the_tail_of_its_output(bench, daemons):
+    q = await bench.queue("runs-cmd")
+    await daemons.start("solo", queues=[q])
+    script = "head -c 70000 /dev/zero | tr '\\0' x; echo; echo to-stderr >&2; echo $GREETING"
+    ok_id, bad_id = await bench.submit(
+        q,
+        command("sh", "-c", script, env={"GREETING": "hello"}),
+        command("sh", "-c", "echo failing; exit 3"),
+    )
+    assert await bench.events.wait_final(ok_id) is EventType.SUCCEEDED
+    ok = await bench.result(ok_id, 1)
+    assert ok.ok and ok.exit_code == 0
+    assert len(ok.output.encode()) == 64 * 1024
+    assert ok.output.endswith("x\nto-stderr\nhello\n")
+    assert await bench.events.wait_final(bad_id) is EventType.FAILED
+    bad = await bench.result(bad_id, 1)
+    assert not bad.ok and bad.exit_code == 3 and bad.output == "failing\n"
+    assert bad.error.type == "subprocess.CalledProcessError"
+    [failed] = bench.events.of(EventType.FAILED)
+    assert failed.detail["exit_code"] == 3
+
+
+async def test_a_function_error_carries_its_remote_type_and_traceback(bench, daemons):
+    q = await bench.queue("runs-error")
+    await daemons.start("solo", queues=[q])
+    boom_id, missing_id = await bench.submit(
+        q, fn("explode", "no luck"), {"fn": "no_such_module:f"}
+    )
+    assert await bench.events.wait_final(boom_id) is EventType.FAILED
+    error = (await bench.result(boom_id, 1)).error
+    assert error.type == "daemon_jobs.Boom" and error.message == "no luck"
+    assert "Traceback" in error.traceback and "in explode" in error.traceback
+    assert await bench.events.wait_final(missing_id) is EventType.FAILED
+    assert (await bench.result(missing_id, 1)).error.type == "builtins.ModuleNotFoundError"
+
+
+async def test_failed_attempts_retry_with_backoff_then_fail_and_leave_the_stream(bench, daemons):
+    q = await bench.queue("runs-retry")
+    await daemons.start("solo", queues=[q])
+    [inv_id] = await bench.submit(q, {**fn("explode", "again"), "max_attempts": 3})
+    assert await bench.events.wait_final(inv_id) is EventType.FAILED
+    events = [e for e in bench.events.events if e.invocation_id == inv_id]
+    retrying = [e for e in events if e.type is EventType.RETRYING]
+    assert [(e.attempt, e.detail["delay_s"]) for e in retrying] == [(1, 1.0), (2, 2.0)]
+    started = [e for e in events if e.type is EventType.STARTED]
+    assert [e.epoch for e in started] == [1, 2, 3]
+    gaps = [(b.ts - a.ts).total_seconds() for a, b in zip(started, started[1:], strict=False)]
+    assert gaps[0] >= 1.0 and gaps[1] >= 2.0
+    result = await bench.result(inv_id, 3)
+    assert not result.ok and result.epoch == 3 and result.error.type == "daemon_jobs.Boom"
+    assert await bench.depth(q) == 0
+
+
+async def test_a_command_past_its_timeout_is_killed_with_its_children(
+    bench, daemons, tmp_path: Path
+):
+    q = await bench.queue("runs-timeout")
+    await daemons.start("solo", queues=[q])
+    pids = tmp_path / "pids"
+    script = f"sleep 30 & echo $! > {pids}; echo started; wait"
+    [inv_id] = await bench.submit(q, command("sh", "-c", script, timeout_s=0.5))
+    assert await bench.events.wait_final(inv_id) is EventType.FAILED
+    result = await bench.result(inv_id, 1)
+    assert result.error.type == "builtins.TimeoutError"
+    assert "timeout_s=0.5" in result.error.message
+    assert result.exit_code == -9 and result.output == "started\n"
+    await wait_gone(int(pids.read_text()))

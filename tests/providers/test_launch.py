@@ -1,0 +1,210 @@
+"""Launching daemons through the API: rows, names, refusals, and the real daemon processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import nats
+import pytest
+
+from lakeshore.actors.launcher import Stop
+from lakeshore.actors.workers import Snapshot
+from lakeshore.errors import Conflict, WorkerNotFound
+from lakeshore.model import ProviderKind, WorkerStatus
+from lakeshore.providers import LocalProvider
+
+NS = "/v1/namespaces/default"
+WAIT_S = 30.0
+
+WaitBeats = Callable[..., Awaitable[None]]
+
+
+@pytest.fixture
+async def heartbeats(nats_server) -> AsyncIterator[WaitBeats]:
+    """``await heartbeats(id, …)``: returns once each worker's heartbeat has been answered
+    (so it has registered: a daemon heartbeats only once its registration was answered).
+
+    It waits for the answer, not the request: a daemon retired while its heartbeat is in
+    flight can miss the cancellation on Python 3.11 (``asyncio.wait_for`` returns a
+    result that arrived with the cancel), which would make these tests racy.
+    """
+    nc = await nats.connect(nats_server.url)
+    seen: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
+    asked: dict[str, str] = {}
+
+    async def on_beat(msg) -> None:
+        asked[msg.reply] = msg.subject.rsplit(".", 1)[1]
+
+    async def on_answer(msg) -> None:
+        if (worker_id := asked.pop(msg.subject, None)) is not None:
+            seen[worker_id].set()
+
+    await nc.subscribe("ls.*.hb.*", cb=on_beat)
+    await nc.subscribe("_INBOX.>", cb=on_answer)
+    await nc.flush()
+
+    async def wait(*ids: str) -> None:
+        async with asyncio.timeout(WAIT_S):
+            for worker_id in ids:
+                await seen[worker_id].wait()
+
+    try:
+        yield wait
+    finally:
+        await nc.close()
+
+
+def local(plane) -> LocalProvider:
+    return plane.providers[ProviderKind.LOCAL]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_launch_answers_starting_rows_then_the_daemons_register(api, plane, heartbeats):
+    assert (await api.post(f"{NS}/queues", {"name": "cpu-prep"}))[0] == 201
+    body = {"queues": ["cpu-prep"], "count": 2, "name": "prep", "labels": {"tier": "cpu"}}
+    status, launched = await api.post(f"{NS}/daemons", body)
+    assert status == 202, launched
+    rows = launched["workers"]
+    assert [w["name"] for w in rows] == ["prep-00", "prep-01"]
+    for w in rows:
+        assert (w["status"], w["provider"], w["managed"]) == ("starting", "local", False)
+        assert (w["queues"], w["labels"], w["namespace"]) == (
+            ["cpu-prep"],
+            {"tier": "cpu"},
+            "default",
+        )
+    await heartbeats(*(w["id"] for w in rows))
+    _, queue = await api.get(f"{NS}/queues/cpu-prep")
+    assert sorted((m["name"], m["id"]) for m in queue["members"]) == [
+        (w["name"], w["id"]) for w in rows
+    ]
+    assert {m["status"] for m in queue["members"]} <= {"idle", "busy"}
+    log = plane.data_dir / "daemons" / "default" / "prep-00.log"
+    assert f"--id {rows[0]['id']}" in log.read_text()
+
+
+async def test_one_daemon_keeps_its_name_and_the_default_queue(api, heartbeats):
+    status, launched = await api.post(f"{NS}/daemons", {"name": "scratch"})
+    assert status == 202, launched
+    [row] = launched["workers"]
+    assert (row["name"], row["queues"]) == ("scratch", [])
+    await heartbeats(row["id"])
+    _, queue = await api.get(f"{NS}/queues/default")
+    assert [m["name"] for m in queue["members"]] == ["scratch"]
+
+
+async def test_a_name_held_by_a_live_worker_refuses_the_whole_launch(api, register):
+    await register("prep-01")
+    status, body = await api.post(f"{NS}/daemons", {"name": "prep", "count": 2})
+    assert status == 409, body
+    assert body["error"]["code"] == "already_exists"
+    assert "prep-01" in body["error"]["message"] and "idle" in body["error"]["message"]
+    assert (await api.get(f"{NS}/workers/prep-00"))[0] == 404
+
+
+async def test_a_stopped_workers_name_can_be_launched_again(api, register):
+    old = await register("solo", status=WorkerStatus.STOPPED)
+    status, body = await api.post(f"{NS}/daemons", {"name": "solo"})
+    assert status == 202, body
+    [row] = body["workers"]
+    assert row["id"] != old.id and row["status"] == "starting"
+    _, shown = await api.get(f"{NS}/workers/solo")
+    assert shown["id"] == row["id"]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        ({"name": "x", "queues": ["default"]}, 400, "empty list"),
+        ({"name": "x", "queues": ["Bad_Q"]}, 400, "invalid queue name"),
+        ({"name": "x", "count": 0}, 400, "$.count"),
+        ({"name": "x", "count": 101}, 400, "$.count"),
+        ({"name": "x", "colour": "red"}, 400, "colour"),
+        ({"count": 2}, 400, "name"),
+        ({"name": "Prep"}, 400, "invalid worker name"),
+        ({"name": "a" * 62, "count": 2}, 400, "at most 63"),
+        ({"name": "x", "labels": {"a=b": "c"}}, 400, "invalid label key 'a=b'"),
+        ({"name": "x", "provider": "nowhere"}, 404, "no provider 'nowhere'"),
+    ],
+)
+async def test_bad_launches_are_refused_before_any_row_exists(api, body, status, says):
+    got, answer = await api.post(f"{NS}/daemons", body)
+    assert got == status, answer
+    assert says in answer["error"]["message"]
+    assert (await api.get(f"{NS}/workers"))[1]["workers"] == []
+
+
+async def test_launching_in_an_unknown_namespace_is_404(api):
+    status, body = await api.post("/v1/namespaces/nowhere/daemons", {"name": "x"})
+    assert (status, body["error"]["code"]) == (404, "namespace_not_found")
+
+
+async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(api, plane):
+    assert (await api.post(f"{NS}/providers", {"name": "my-ec2", "kind": "external"}))[0] == 201
+    status, body = await api.post(f"{NS}/daemons", {"name": "x", "provider": "my-ec2"})
+    assert status == 409, body
+    message = body["error"]["message"]
+    assert f"lakeshore daemon run --nats-url {plane.nats_url}" in message
+    assert "--provider my-ec2" in message and "--namespace default" in message
+    assert (await api.get(f"{NS}/workers"))[1]["workers"] == []
+
+
+async def test_a_daemon_whose_process_dies_is_lost_at_once(api, plane, heartbeats):
+    _, body = await api.post(f"{NS}/daemons", {"name": "victim", "queues": ["q1"]})
+    [row] = body["workers"]
+    await heartbeats(row["id"])
+    os.kill(local(plane).pid(row["id"]), signal.SIGKILL)
+    async with asyncio.timeout(WAIT_S):
+        assert await local(plane).wait_exited(row["id"]) == -signal.SIGKILL
+    [worker] = await plane.workers.ask(Snapshot("default"))
+    assert worker.status is WorkerStatus.LOST
+    [event] = await plane.store.list_queue_events("default", "q1", limit=1, verbose=True)
+    assert event.type == "daemon_lost" and event.detail["exit_code"] == -signal.SIGKILL
+    assert event.detail["reason"].startswith("killed by SIGKILL")
+
+
+async def test_stop_forces_a_local_daemon_and_refuses_others(api, plane, heartbeats, register):
+    _, body = await api.post(f"{NS}/daemons", {"name": "forced"})
+    [row] = body["workers"]
+    await heartbeats(row["id"])
+    await plane.launcher.ask(Stop("default", "forced"))
+    async with asyncio.timeout(WAIT_S):
+        assert await local(plane).wait_exited(row["id"]) == 0
+    [worker] = await plane.workers.ask(Snapshot("default"))
+    assert worker.status is WorkerStatus.STOPPED
+    await register("by-hand")
+    with pytest.raises(Conflict, match="runs no process this control plane started"):
+        await plane.launcher.ask(Stop("default", "by-hand"))
+    with pytest.raises(WorkerNotFound):
+        await plane.launcher.ask(Stop("default", "nobody"))
+
+
+async def test_the_local_daemons_stop_with_the_control_plane(plane_factory, heartbeats):
+    handle = await plane_factory()
+    async with handle.client() as api:
+        _, body = await api.post(f"{NS}/daemons", {"name": "short", "count": 2})
+    ids = [w["id"] for w in body["workers"]]
+    await heartbeats(*ids)
+    pids = [local(handle.plane).pid(i) for i in ids]
+    async with asyncio.timeout(15):
+        await handle.stop()
+    assert all(pid is not None and gone(pid) for pid in pids)
+    # Their last heartbeat (``stopped``) reached the registry before it went down.
+    again = await plane_factory(data_dir=handle.data_dir)
+    async with again.client() as api:
+        _, listed = await api.get(f"{NS}/workers")
+    assert {(w["name"], w["status"]) for w in listed["workers"]} == {
+        ("short-00", "stopped"),
+        ("short-01", "stopped"),
+    }
