@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 import click
@@ -21,7 +20,7 @@ from lakeshore.cli.context import LakeshoreCommand, settings
 from lakeshore.cli.jobs import show_result
 from lakeshore.model import InvocationSubmit
 from lakeshore.sdk import Client
-from lakeshore.sdk.invocation import RECORD_GRACE_S, poll_result
+from lakeshore.sdk.invocation import poll_result
 
 
 def _json_option(value: str | None, name: str, kind: type) -> Any:
@@ -130,12 +129,7 @@ def submit(wait: bool, queue: str, **flags: Any) -> None:
                 return
             [inv_id] = answer.ids
             click.echo(f"submitted {inv_id} to queue {answer.queue}; waiting", err=True)
-            result, result_body = await poll_result(
-                client,
-                inv_id,
-                namespace=answer.namespace,
-                unknown_until=time.monotonic() + RECORD_GRACE_S,
-            )
+            result, result_body = await poll_result(client, inv_id, namespace=answer.namespace)
         show_result(result, result_body, fmt)
 
     asyncio.run(go())

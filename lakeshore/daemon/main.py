@@ -63,17 +63,27 @@ async def run_daemon(
         The exit status: 0 after a clean drain (also when stopped before registering).
 
     Raises:
-        LakeshoreError: NATS unreachable at start, or the registry refused the worker.
+        LakeshoreError: the registry refused the worker (e.g. an invalid name). An
+            unreachable NATS or registry is waited for, until ``stop``.
     """
     signals = _Signals(stop) if handle_signals else None
     if signals is not None:
         signals.install()
     try:
-        bus = await _connect(settings, stop)
-    except BaseException:
+        return await _run(settings, stop, environ, signals, on_ready)
+    finally:
         if signals is not None:
             signals.remove()
-        raise
+
+
+async def _run(
+    settings: DaemonSettings,
+    stop: asyncio.Event,
+    environ: Mapping[str, str],
+    signals: _Signals | None,
+    on_ready: Callable[[Running], None] | None,
+) -> int:
+    bus = await _connect(settings, stop)
     if bus is None:
         return 0
     try:
@@ -92,8 +102,6 @@ async def run_daemon(
         log.info("registered as %s (%s) in %s", worker.name, worker.id, worker.namespace)
         await _serve(bus, settings, reg, worker, stop, environ, signals, on_ready)
     finally:
-        if signals is not None:
-            signals.remove()
         await bus.close()
     log.info("daemon %s stopped", settings.name)
     return 0

@@ -15,7 +15,7 @@ from msgspec import Struct
 
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue
-from lakeshore.actors.recorder import WaitFinished
+from lakeshore.actors.recorder import WaitFinished, WaitRecorded
 from lakeshore.actors.workers import Scrub
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.http.auth import caller, namespace
@@ -39,6 +39,8 @@ routes = Routes()
 BASE = "/v1/namespaces/{ns}/jobs"
 #: Longest ``wait_s`` of the result route (seconds).
 MAX_WAIT_S = 600.0
+#: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
+CATCH_UP_S = 2.0
 #: Members that can take work now.
 _SERVING = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 _ENDED = {
@@ -133,7 +135,19 @@ async def cancel(request: web.Request) -> web.Response:
 
 async def _record(request: web.Request, ns: str) -> JobRecord:
     job_id = request.match_info["id"]
-    record = await request.app[PLANE].store.get_job(ns, job_id)
+    plane = request.app[PLANE]
+    record = await plane.store.get_job(ns, job_id)
+    if record is None:
+        # Read your writes: a submit answers before the Recorder has written its events, so
+        # an unknown id waits (bounded) for the Recorder to catch up with the stream once.
+        _, last = await plane.events.progress()
+        recorded = await plane.recorder.ask(WaitRecorded(last))
+        try:
+            async with asyncio.timeout(CATCH_UP_S):
+                await recorded
+        except TimeoutError:
+            recorded.cancel()
+        record = await plane.store.get_job(ns, job_id)
     if record is None:
         raise NotFound(
             f"no job {job_id!r} in namespace {ns!r}; list jobs with `lakeshore jobs ls -n {ns}`"

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from lakeshore.errors import LakeshoreError, NotFound
+from lakeshore.errors import LakeshoreError
 from lakeshore.model import Job, JobDetail, Result
 from lakeshore.sdk import sync
 from lakeshore.sdk.client import Client
@@ -24,10 +23,6 @@ from lakeshore.sdk.client import Client
 MAX_WAIT_S = 600.0
 #: Fewest seconds between two polls, should a server answer "unfinished" early.
 MIN_POLL_S = 0.5
-#: How long after its submit an invocation may still be unknown to the jobs routes
-#: (seconds): the control plane records the submission moments after answering it.
-RECORD_GRACE_S = 5.0
-_GRACE_PAUSE_S = (0.01, 0.25)
 #: Error types the result route uses for invocations that never ran to their end.
 CANCELLED_TYPE = "lakeshore.Cancelled"
 DROPPED_TYPE = "lakeshore.Dropped"
@@ -124,39 +119,17 @@ def value_of(result: Result) -> Any:
     return result.value
 
 
-T = TypeVar("T")
-
-
-async def known(ask: Callable[[], Awaitable[T]], until: float) -> T:
-    """``await ask()``; until ``time.monotonic()`` reaches ``until``, a job-not-found answer
-    means "not recorded yet" and is asked again (after 10 ms, doubling up to 250 ms)."""
-    pause, most = _GRACE_PAUSE_S
-    while True:
-        try:
-            return await ask()
-        except NotFound as e:
-            # Its subclasses name a missing namespace or queue, which waiting cannot fix.
-            if type(e) is not NotFound or time.monotonic() + pause > until:
-                raise
-        await asyncio.sleep(pause)
-        pause = min(2 * pause, most)
-
-
 async def poll_result(
     client: Client,
     invocation_id: str,
     timeout_s: float | None = None,
     *,
     namespace: str | None = None,
-    unknown_until: float = 0.0,
 ) -> tuple[Result | Job, Any]:
     """Wait until an invocation has finished, or ``timeout_s`` has passed.
 
     Args:
         timeout_s: longest wait in seconds; ``None`` waits for ever, ``0`` asks once.
-        unknown_until: ``time.monotonic()`` until which the id may be unknown to the server
-            (see :func:`known`); give ``time.monotonic() + RECORD_GRACE_S`` for an id that
-            was just submitted.
 
     Returns:
         The last answer of the result route, typed and as the server sent it: a
@@ -167,15 +140,13 @@ async def poll_result(
     """
     clock = time.monotonic
     deadline = None if timeout_s is None else clock() + timeout_s
-    if deadline is not None:
-        unknown_until = min(unknown_until, deadline)
     # Half the request timeout leaves the server time to answer a held request.
     slice_s = min(MAX_WAIT_S, client.timeout_s / 2)
     while True:
         left = slice_s if deadline is None else max(0.0, min(slice_s, deadline - clock()))
         asked = clock()
         call = client.job_result(invocation_id, wait_s=left, namespace=namespace)
-        body = await known(call.body, unknown_until)
+        body = await call.body()
         answer = call.decode(body)
         if isinstance(answer, Result) or (deadline is not None and clock() >= deadline):
             return answer, body
@@ -190,21 +161,17 @@ async def wait_result(
     timeout_s: float | None = None,
     *,
     namespace: str | None = None,
-    unknown_until: float = 0.0,
 ) -> Result:
     """Wait until an invocation has finished and return its result, failed or not.
 
     Args:
         timeout_s: longest wait in seconds; ``None`` waits for ever, ``0`` asks once.
-        unknown_until: as for :func:`poll_result`.
 
     Raises:
         TimeoutError: it had not finished within ``timeout_s``.
         LakeshoreError: from the API (e.g. ``NotFound`` for an unknown id).
     """
-    answer, _ = await poll_result(
-        client, invocation_id, timeout_s, namespace=namespace, unknown_until=unknown_until
-    )
+    answer, _ = await poll_result(client, invocation_id, timeout_s, namespace=namespace)
     if isinstance(answer, Job):
         raise TimeoutError(
             f"invocation {invocation_id} did not finish within {timeout_s:g}s "
@@ -227,7 +194,7 @@ class Invocation:
         warnings: what the server warned of at submission, e.g. ``no_members``.
     """
 
-    __slots__ = ("id", "namespace", "queue", "warnings", "_unknown_until")
+    __slots__ = ("id", "namespace", "queue", "warnings")
 
     def __init__(
         self,
@@ -236,11 +203,8 @@ class Invocation:
         namespace: str | None = None,
         queue: str | None = None,
         warnings: tuple[str, ...] = (),
-        submitted: bool = False,
     ) -> None:
-        """``submitted``: it was submitted just now, so the server may not list it yet."""
         self.id, self.namespace, self.queue, self.warnings = id, namespace, queue, warnings
-        self._unknown_until = time.monotonic() + RECORD_GRACE_S if submitted else 0.0
 
     def __repr__(self) -> str:
         return f"Invocation(id={self.id!r}, queue={self.queue!r}, namespace={self.namespace!r})"
@@ -299,19 +263,13 @@ class Invocation:
         return await sync.acall(self._cancel)
 
     async def _wait(self, client: Client, timeout: float | None) -> Result:
-        return await wait_result(
-            client, self.id, timeout, namespace=self.namespace, unknown_until=self._unknown_until
-        )
+        return await wait_result(client, self.id, timeout, namespace=self.namespace)
 
     async def _show(self, client: Client) -> JobDetail:
-        return await known(
-            lambda: client.job_show(self.id, namespace=self.namespace), self._unknown_until
-        )
+        return await client.job_show(self.id, namespace=self.namespace)
 
     async def _cancel(self, client: Client) -> Job:
-        return await known(
-            lambda: client.job_cancel(self.id, namespace=self.namespace), self._unknown_until
-        )
+        return await client.job_cancel(self.id, namespace=self.namespace)
 
 
 __all__ = [
@@ -321,7 +279,6 @@ __all__ = [
     "JobFailed",
     "RemoteError",
     "failure",
-    "known",
     "poll_result",
     "value_of",
     "wait_result",

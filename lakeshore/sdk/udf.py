@@ -235,9 +235,7 @@ def _handles(answer: SubmitAnswer) -> list[Invocation]:
         log.warning("submit to queue %s: %s", answer.queue, warning)
     warnings = tuple(answer.warnings)
     return [
-        Invocation(
-            i, namespace=answer.namespace, queue=answer.queue, warnings=warnings, submitted=True
-        )
+        Invocation(i, namespace=answer.namespace, queue=answer.queue, warnings=warnings)
         for i in answer.ids
     ]
 

@@ -17,6 +17,7 @@ from lakeshore.model import DaemonControl, EventBatch, EventType, InvocationEven
 NS = "default"
 Q = "/v1/namespaces/default/queues"
 W = "/v1/namespaces/default/workers"
+J = "/v1/namespaces/default/jobs"
 HERE = Path(__file__).parent
 #: Bound of every wait in these tests that is not about a specific duration (seconds).
 WAIT_S = 15.0
@@ -79,6 +80,12 @@ class Bench:
         status, body = await self.api.post(f"{Q}/{queue}/invocations", {"invocations": specs})
         assert status == 202, body
         return body["ids"]
+
+    async def job_state(self, invocation_id: str, state: str, timeout_s: float = WAIT_S) -> None:
+        """Wait until the control plane shows the job in ``state`` (its Recorder trails)."""
+        async with asyncio.timeout(timeout_s):
+            while (await self.api.get(f"{J}/{invocation_id}"))[1].get("state") != state:
+                await asyncio.sleep(0.02)
 
     async def result(self, invocation_id: str, epoch: int) -> Result:
         kv = await self.js.key_value(subjects.RESULTS_BUCKET)

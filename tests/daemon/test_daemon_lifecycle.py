@@ -6,22 +6,22 @@ import asyncio
 from pathlib import Path
 
 import daemon_jobs
-from daemon_support import WAIT_S, W, command, fn, wait_gone
+from daemon_support import WAIT_S, J, W, command, fn, wait_gone
 
 from lakeshore.model import DaemonControl, EventType, WorkerStatus
 
 
-async def test_cancel_kills_a_running_command_and_terminates_its_message(
-    bench, daemons, tmp_path: Path
-):
+async def test_cancel_through_the_api_kills_a_running_command(bench, daemons, tmp_path: Path):
     q = await bench.queue("life-cancel")
     daemon = await daemons.start("solo", queues=[q])
     pid_file = tmp_path / "pid"
     [inv_id] = await bench.submit(q, command("sh", "-c", f"echo $$ > {pid_file}; exec sleep 30"))
-    await bench.events.wait_count(EventType.STARTED, 1, queue=q)
-    await bench.control(daemon.id, DaemonControl(cancel=inv_id))
+    await bench.job_state(inv_id, "running")
+    status, _ = await bench.api.post(f"{J}/{inv_id}/cancel")
+    assert status == 202
     assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
     await wait_gone(int(pid_file.read_text()))
+    await bench.job_state(inv_id, "cancelled")
     assert await bench.depth(q) == 0
     async with asyncio.timeout(WAIT_S):
         await daemon.running.dispatcher.wait_idle()

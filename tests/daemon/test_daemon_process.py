@@ -6,7 +6,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from daemon_support import NS, WAIT_S, W, command, fn
+from daemon_support import NS, WAIT_S, J, W, command, fn
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from lakeshore.bus import subjects
@@ -55,6 +55,9 @@ async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
     assert done.worker == heir.id and done.epoch == 2 and first.epoch == 1
     assert (await bench.result(inv_id, 2)).value == "second run"
     assert await bench.depth(q) == 0
+    await bench.job_state(inv_id, "succeeded")
+    job = (await bench.api.get(f"{J}/{inv_id}"))[1]
+    assert job["worker"] == heir.id and job["attempt"] == 2 and job["stale"] == 0
     async with asyncio.timeout(WAIT_S):
         await heir.running.dispatcher.wait_idle()
 

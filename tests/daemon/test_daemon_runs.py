@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon_support import command, fn, wait_gone
+from daemon_support import J, command, fn, wait_gone
 
 from lakeshore.model import EventType
 
@@ -24,6 +24,8 @@ async def test_a_function_runs_and_its_result_is_stored(bench, daemons):
     assert result.ok and result.value == 5 and result.epoch == 1
     assert await bench.depth(q) == 0
     assert result.worker == daemon.id
+    status, body = await bench.api.get(f"{J}/{inv_id}/result?wait_s=10")
+    assert status == 200 and body["value"] == 5 and body["worker"] == daemon.id
 
 
 async def test_a_coroutine_function_is_awaited(bench, daemons):
@@ -85,6 +87,9 @@ async def test_failed_attempts_retry_with_backoff_then_fail_and_leave_the_stream
     result = await bench.result(inv_id, 3)
     assert not result.ok and result.epoch == 3 and result.error.type == "daemon_jobs.Boom"
     assert await bench.depth(q) == 0
+    await bench.job_state(inv_id, "failed")
+    job = (await bench.api.get(f"{J}/{inv_id}"))[1]
+    assert [a["outcome"] for a in job["attempts"]] == ["retrying", "retrying", "failed"]
 
 
 async def test_a_command_past_its_timeout_is_killed_with_its_children(

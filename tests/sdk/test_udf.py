@@ -11,7 +11,6 @@ import asyncio
 import os
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from lakeshore.config import ClientSettings
 from lakeshore.model import Invocation as Stored
 from lakeshore.model import SubmitBatch
 from lakeshore.sdk import Client, Invocation, JobCancelled, configure, sync
-from lakeshore.sdk.invocation import MIN_POLL_S, RECORD_GRACE_S, wait_result
+from lakeshore.sdk.invocation import MIN_POLL_S, wait_result
 from lakeshore.sdk.udf import function_ref, udf
 
 Q = "/v1/namespaces/default/queues"
@@ -448,12 +447,3 @@ async def test_a_server_that_does_not_hold_is_not_polled_in_a_tight_loop(result_
     with pytest.raises(TimeoutError):
         await wait_result(client, "j", timeout_s=1.0)
     assert len(route.waits) <= 1 + 1.0 / MIN_POLL_S
-
-
-async def test_a_just_submitted_id_may_be_unknown_for_a_moment(result_route):
-    route, client = result_route
-    route.unknown_for, route.finish_after = 2, 2
-    with pytest.raises(errors.NotFound, match="no job 'j'"):
-        await wait_result(client, "j")
-    result = await wait_result(client, "j", unknown_until=time.monotonic() + RECORD_GRACE_S)
-    assert result.value == 42 and len(route.waits) == 3
