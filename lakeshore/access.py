@@ -39,88 +39,111 @@ class Caller:
         return self.token.id
 
 
-async def issue_token(
-    store: Store, namespace: str | None, description: str = "", *, admin: bool = False
-) -> TokenCreated:
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = TokenCreated(
-        id="tok-" + secrets.token_hex(6),
-        namespace=namespace,
-        description=description,
-        admin=admin,
-        created_at=now(),
-        token=secret,
-    )
-    await store.insert_token(
-        Token(
+class Access:
+    """The one owner of namespace and token rows, with an in-memory view of both.
+
+    Every request is authorised here, so the lookups must not cost a store round trip:
+    namespaces (never deleted) and live tokens are cached once read, and every write goes
+    through this object, which keeps the cache true (a revoked token is forgotten at once).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._namespaces: dict[str, Namespace] = {}
+        self._tokens: dict[str, Token] = {}
+
+    async def issue_token(
+        self, namespace: str | None, description: str = "", *, admin: bool = False
+    ) -> TokenCreated:
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = TokenCreated(
+            id="tok-" + secrets.token_hex(6),
+            namespace=namespace,
+            description=description,
+            admin=admin,
+            created_at=now(),
+            token=secret,
+        )
+        row = Token(
             id=token.id,
             namespace=namespace,
             description=description,
             admin=admin,
             created_at=token.created_at,
-        ),
-        hash_token(secret),
-    )
-    return token
-
-
-async def create_namespace(store: Store, name: str, org: str) -> Namespace:
-    ns = Namespace(
-        name=validate_name("namespace", name), org=validate_name("org", org), created_at=now()
-    )
-    await store.insert_namespace(ns)
-    log.info("namespace %s created in org %s", name, org)
-    return ns
-
-
-async def bootstrap(store: Store) -> TokenCreated | None:
-    """On the first start: org and namespace ``default`` and an admin token.
-
-    Returns:
-        The admin token when it was just created, else ``None`` (already bootstrapped).
-    """
-    if await store.list_tokens(None) or await store.get_namespace(DEFAULT_NAMESPACE):
-        return None
-    await create_namespace(store, DEFAULT_NAMESPACE, DEFAULT_ORG)
-    return await issue_token(store, None, "admin (created by lakeshore server)", admin=True)
-
-
-async def identify(store: Store, authorization: str | None) -> Caller:
-    """Resolve an ``Authorization`` header to a caller.
-
-    Raises:
-        Unauthorized: the header is missing, malformed, or names no live token.
-    """
-    if not authorization:
-        raise Unauthorized(
-            "missing bearer token: send 'Authorization: Bearer <token>' (the CLI reads "
-            "LAKESHORE_TOKEN or the config file that `lakeshore server` writes)"
         )
-    scheme, _, secret = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not secret.strip():
-        raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
-    token = await store.token_by_hash(hash_token(secret.strip()))
-    if token is None:
-        raise Unauthorized("unknown or revoked token")
-    if token.admin or token.namespace is None:
-        return Caller(token, None)
-    home = await store.get_namespace(token.namespace)
-    if home is None:
-        raise Unauthorized(f"the token's namespace {token.namespace!r} no longer exists")
-    return Caller(token, home.org)
+        await self._store.insert_token(row, hash_token(secret))
+        return token
 
+    async def revoke_token(self, namespace: str, token_id: str) -> Token | None:
+        token = await self._store.revoke_token(namespace, token_id)
+        self._tokens = {h: t for h, t in self._tokens.items() if t.id != token_id}
+        return token
 
-async def authorize(store: Store, caller: Caller, namespace: str) -> Namespace:
-    """Check that ``caller`` may act on ``namespace`` (unknown: 404, other org: 403)."""
-    ns = await store.get_namespace(namespace)
-    if ns is None:
-        raise NamespaceNotFound(namespace)
-    if caller.org is not None and ns.org != caller.org:
-        raise Forbidden(
-            f"this token belongs to org {caller.org!r}; namespace {namespace!r} is in org "
-            f"{ns.org!r} — use a token issued in that org"
+    async def create_namespace(self, name: str, org: str) -> Namespace:
+        ns = Namespace(
+            name=validate_name("namespace", name), org=validate_name("org", org), created_at=now()
         )
-    return ns
+        await self._store.insert_namespace(ns)
+        self._namespaces[ns.name] = ns
+        log.info("namespace %s created in org %s", name, org)
+        return ns
+
+    async def namespace(self, name: str) -> Namespace | None:
+        ns = self._namespaces.get(name)
+        if ns is None and (ns := await self._store.get_namespace(name)) is not None:
+            self._namespaces[name] = ns
+        return ns
+
+    async def bootstrap(self) -> TokenCreated | None:
+        """On the first start: org and namespace ``default`` and an admin token.
+
+        Returns:
+            The admin token when it was just created, else ``None`` (already bootstrapped).
+        """
+        if await self._store.list_tokens(None) or await self.namespace(DEFAULT_NAMESPACE):
+            return None
+        await self.create_namespace(DEFAULT_NAMESPACE, DEFAULT_ORG)
+        return await self.issue_token(None, "admin (created by lakeshore server)", admin=True)
+
+    async def identify(self, authorization: str | None) -> Caller:
+        """Resolve an ``Authorization`` header to a caller.
+
+        Raises:
+            Unauthorized: the header is missing, malformed, or names no live token.
+        """
+        if not authorization:
+            raise Unauthorized(
+                "missing bearer token: send 'Authorization: Bearer <token>' (the CLI reads "
+                "LAKESHORE_TOKEN or the config file that `lakeshore server` writes)"
+            )
+        scheme, _, secret = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+        digest = hash_token(secret.strip())
+        token = self._tokens.get(digest)
+        if token is None:
+            token = await self._store.token_by_hash(digest)
+            if token is None:
+                raise Unauthorized("unknown or revoked token")
+            self._tokens[digest] = token
+        if token.admin or token.namespace is None:
+            return Caller(token, None)
+        home = await self.namespace(token.namespace)
+        if home is None:
+            raise Unauthorized(f"the token's namespace {token.namespace!r} no longer exists")
+        return Caller(token, home.org)
+
+    async def authorize(self, caller: Caller, namespace: str) -> Namespace:
+        """Check that ``caller`` may act on ``namespace`` (unknown: 404, other org: 403)."""
+        ns = await self.namespace(namespace)
+        if ns is None:
+            raise NamespaceNotFound(namespace)
+        if caller.org is not None and ns.org != caller.org:
+            raise Forbidden(
+                f"this token belongs to org {caller.org!r}; namespace {namespace!r} is in org "
+                f"{ns.org!r} — use a token issued in that org"
+            )
+        return ns
 
 
 def visible_org(caller: Caller, requested: str | None) -> str:

@@ -47,6 +47,11 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """A daemon silent this long is marked lost, in seconds."""
     heartbeat_s: Seconds = 1.0
     """How often daemons report, in seconds."""
+    max_surge: Annotated[int, Meta(ge=1, le=100)] = 4
+    """Most daemons the controller launches per queue (or pool) per tick (at most 100, the
+    most one launch may start)."""
+    steal_lease_ticks: Annotated[int, Meta(ge=1)] = 3
+    """How many ticks a work-stealing lease lasts."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from lakeshore import access
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import Submit
 from lakeshore.actors.workers import Beat, Register
@@ -51,7 +50,7 @@ class Gateway:
         reg = codec.decode(data, WorkerRegister)
         if reg.namespace != ns:
             raise Invalid(f"register on {subject} names namespace {reg.namespace!r}")
-        if await self._plane.store.get_namespace(ns) is None:
+        if await self._plane.access.namespace(ns) is None:
             raise NamespaceNotFound(ns)
         return await self._plane.workers.ask(Register(reg))
 
@@ -62,8 +61,8 @@ class Gateway:
         _, ns, _, queue = subject.split(".")
         body = codec.decode(data, FastSubmit)
         plane = self._plane
-        caller = await access.identify(plane.store, f"Bearer {body.token}")
-        await access.authorize(plane.store, caller, ns)
+        caller = await plane.access.identify(f"Bearer {body.token}")
+        await plane.access.authorize(caller, ns)
         ref = await plane.directory.ask(Lookup(ns, queue))
         return await ref.ask(
             Submit(body.invocations, caller.token_id, body.wait_s),

@@ -14,7 +14,9 @@ from typing import Any
 from aiohttp import web
 
 from lakeshore import access
+from lakeshore.access import Access
 from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.controller import ControllerActor, Halt, Tick
 from lakeshore.actors.directory import QueueDirectory
 from lakeshore.actors.launcher import Launcher, exit_reporter
 from lakeshore.actors.recorder import Recorder
@@ -22,7 +24,9 @@ from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.events import EventFeed
 from lakeshore.bus.nats import NatsBus
 from lakeshore.config import ServerSettings, read_toml, write_client_config
+from lakeshore.controller import ControllerSettings
 from lakeshore.embedded import NatsServer
+from lakeshore.errors import LakeshoreError
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
 from lakeshore.model import ProviderKind, TokenCreated
@@ -31,6 +35,16 @@ from lakeshore.providers import Provider as Backend
 from lakeshore.store import Store, open_store
 
 log = logging.getLogger(__name__)
+
+
+def controller_settings(settings: ServerSettings) -> ControllerSettings:
+    """The controller's part of the server settings."""
+    return ControllerSettings(
+        tick_s=settings.tick_s,
+        max_surge=settings.max_surge,
+        lost_after_s=settings.lost_after_s,
+        steal_lease_ticks=settings.steal_lease_ticks,
+    )
 
 
 class ControlPlane:
@@ -49,8 +63,10 @@ class ControlPlane:
         self.recorder: ActorRef[Any]
         self.directory: ActorRef[Any]
         self.launcher: ActorRef[Any]
+        self.controller: ActorRef[Any]
         #: the launcher's backends, one per provider kind; closed first by stop()
         self.providers: dict[ProviderKind, Backend] = {}
+        self.access: Access
         self.admin_token: TokenCreated | None = None
         self.gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
@@ -70,7 +86,8 @@ class ControlPlane:
                 self.nats_url = self.nats.url
             self.bus = await NatsBus.connect(self.nats_url, replicas=self.settings.replicas)
             self.store = await open_store(self.data_dir / "lakeshore.duckdb")
-            self.admin_token = await access.bootstrap(self.store)
+            self.access = Access(self.store)
+            self.admin_token = await self.access.bootstrap()
             # The events stream must exist before any queue actor publishes to it.
             self.events = EventFeed(self.bus.nc, replicas=self.settings.replicas)
             await self.events.ensure()
@@ -90,6 +107,16 @@ class ControlPlane:
             self.launcher = await self.runtime.spawn(
                 Launcher(self.store, self.workers, self.providers, nats_url=self.nats_url)
             )
+            self.controller = await self.runtime.spawn(
+                ControllerActor(
+                    store=self.store,
+                    bus=self.bus,
+                    workers=self.workers,
+                    launcher=self.launcher,
+                    settings=controller_settings(self.settings),
+                )
+            )
+            self.runtime.every(self.settings.tick_s, self.controller, Tick())
             self.directory = await self.runtime.spawn(
                 QueueDirectory(self.runtime, store=self.store, bus=self.bus, workers=self.workers)
             )
@@ -133,6 +160,12 @@ class ControlPlane:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        # The controller decides nothing more: it would replace the daemons stopped below.
+        if hasattr(self, "controller"):
+            try:
+                await self.controller.ask(Halt())
+            except LakeshoreError as e:
+                log.warning("controller not halted: %s", e)
         # Daemons started here go first, while the gateway still records their last
         # heartbeat (``stopped``).
         for backend in self.providers.values():

@@ -14,7 +14,7 @@ from msgspec import Struct
 
 from lakeshore import elasticity
 from lakeshore.actors.base import Actor, ActorRef, Runtime
-from lakeshore.actors.queue import DeleteQueue, QueueActor, QueueMsg, row_dict
+from lakeshore.actors.queue import DeleteQueue, QueueActor, QueueMsg, check_provider, row_dict
 from lakeshore.bus.nats import NatsBus
 from lakeshore.errors import AlreadyExists, QueueNotFound, ReservedName
 from lakeshore.model import (
@@ -108,6 +108,8 @@ class QueueDirectory(Actor[DirectoryMsg]):
             raise ReservedName(body.name, "created (every namespace has it already)")
         if (ns, body.name) in self._queues:
             raise AlreadyExists("queue", body.name, f" in namespace {ns!r}")
+        scaling = elasticity.build(body.elasticity or {})
+        await check_provider(self._store, ns, scaling)
         ts = now()
         row = Queue(
             name=body.name,
@@ -116,7 +118,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
             description=body.description,
             max_depth=body.max_depth,
             on_full=body.on_full,
-            elasticity=elasticity.build(body.elasticity or {}),
+            elasticity=scaling,
             created_at=ts,
             updated_at=ts,
         )

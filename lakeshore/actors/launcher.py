@@ -52,6 +52,9 @@ class Launch(Struct, frozen=True):
     namespace: str
     request: DaemonLaunch
     actor: str | None = None
+    #: the controller's launch: the rows (and daemons) are ``managed``, which the HTTP
+    #: route never asks for, so a hand launch cannot pose as the controller's
+    managed: bool = False
 
 
 class Stop(Struct, frozen=True):
@@ -130,7 +133,7 @@ class Launcher(Actor[LauncherMsg]):
                 queues=queues,
                 labels=dict(req.labels),
                 provider=provider.name,
-                managed=False,
+                managed=msg.managed,
                 status=WorkerStatus.STARTING,
                 started_at=ts,
             )

@@ -18,15 +18,18 @@ from lakeshore.actors.admission import IdempotencyKeys
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.workers import Scrub
 from lakeshore.bus.nats import NatsBus
-from lakeshore.errors import ImmutableField, QueueHasMembers, ReservedName, WrongState
+from lakeshore.errors import ImmutableField, Invalid, QueueHasMembers, ReservedName, WrongState
 from lakeshore.model import (
+    BUILTIN_PROVIDER,
     DEFAULT_QUEUE,
     PRIORITY_LEVELS,
+    Elasticity,
     ElasticityKind,
     EventBatch,
     EventType,
     InvocationEvent,
     InvocationSubmit,
+    ProviderKind,
     Queue,
     QueueKind,
     QueuePatch,
@@ -95,6 +98,31 @@ def levels_of(kind: QueueKind) -> int:
 
 def row_dict(q: Queue) -> dict[str, Any]:
     return msgspec.to_builtins(q)
+
+
+async def check_provider(store: Store, namespace: str, e: Elasticity) -> None:
+    """An elasticity object must name a provider of the namespace (the built-in ``local``
+    or a stored one), and one the controller can launch on unless its kind is ``fixed``.
+
+    Raises:
+        Invalid: naming the provider and how to add it, or why it cannot be used.
+    """
+    if e.provider == BUILTIN_PROVIDER:
+        return
+    row = await store.get_provider(namespace, e.provider)
+    if row is None:
+        raise Invalid(
+            f"elasticity provider {e.provider!r} does not exist in namespace {namespace!r}; "
+            f"add it with `lakeshore providers add {e.provider} --kind local -n {namespace}` "
+            f"(list them with `lakeshore providers ls -n {namespace}`), or use the built-in "
+            f"{BUILTIN_PROVIDER!r}"
+        )
+    if row.kind is ProviderKind.EXTERNAL and e.kind is not ElasticityKind.FIXED:
+        raise Invalid(
+            f"elasticity kind {e.kind.value!r} needs a provider the controller can launch "
+            f"daemons on, but {e.provider!r} is external (its daemons are started by hand "
+            "with `lakeshore daemon run`); use a local provider, or keep elasticity fixed"
+        )
 
 
 class QueueActor(Actor[QueueMsg]):
@@ -202,6 +230,7 @@ class QueueActor(Actor[QueueMsg]):
             changes["on_full"] = patch.on_full
         if patch.elasticity is not UNSET:
             changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
+            await check_provider(self._store, self._ns, changes["elasticity"])
         new = msgspec.structs.replace(old, **changes)
         if new == old:
             return old

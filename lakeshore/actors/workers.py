@@ -25,6 +25,7 @@ from lakeshore.model import (
     DEFAULT_QUEUE,
     Heartbeat,
     HeartbeatReply,
+    StealGrant,
     Worker,
     WorkerRegister,
     WorkerStatus,
@@ -86,6 +87,29 @@ class Prepare(Struct, frozen=True):
     workers: list[Worker]
 
 
+class SetLeases(Struct, frozen=True):
+    """Replace the steal leases delivered in heartbeat replies (from the controller).
+
+    ``leases`` maps a worker id to its grants; a grant is delivered until its ``until``.
+    """
+
+    leases: dict[str, list[StealGrant]]
+
+
+class MarkLost(Struct, frozen=True):
+    """Mark one worker lost for the controller, with its reason.
+
+    Judged again by the registry's own clock and ``lost_after_s``, so it is idempotent
+    with :class:`Sweep` and loses no worker that beat since the controller looked:
+    answers the lost row, or ``None`` when the worker is not (or no longer) overdue.
+    """
+
+    namespace: str
+    worker_id: str
+    #: merged into the ``daemon_lost`` events' detail (the controller's reason and inputs)
+    detail: dict[str, Any]
+
+
 class Exited(Struct, frozen=True):
     """A launched daemon's process ended: ``stopped`` if asked to or if it exited 0, else
     ``lost`` (with a ``daemon_lost`` event naming the exit code)."""
@@ -97,7 +121,19 @@ class Exited(Struct, frozen=True):
     requested: bool = False
 
 
-WorkerMsg = Register | Beat | EditQueues | Scrub | Retire | Sweep | Snapshot | Prepare | Exited
+WorkerMsg = (
+    Register
+    | Beat
+    | EditQueues
+    | Scrub
+    | Retire
+    | Sweep
+    | Snapshot
+    | Prepare
+    | Exited
+    | SetLeases
+    | MarkLost
+)
 
 _LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.RETIRING})
 _DEAD = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
@@ -133,6 +169,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._rows: dict[str, Worker] = {}
         self._persisted_at: dict[str, datetime] = {}
         self._retiring: set[str] = set()
+        #: steal leases by worker id, as the controller last set them
+        self._leases: dict[str, list[StealGrant]] = {}
 
     async def started(self) -> None:
         self._rows = {w.id: w for w in await self._store.list_workers()}
@@ -163,6 +201,14 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._prepare(msg)
             case Exited():
                 return await self._exited(msg)
+            case SetLeases(leases=leases):
+                self._leases = dict(leases)
+                return None
+            case MarkLost(namespace=ns, worker_id=wid, detail=detail):
+                w = self._rows.get(wid)
+                if w is None or w.namespace != ns or not self._overdue(w, now()):
+                    return None
+                return await self._lose(w, detail)
 
     def _in(self, ns: str) -> list[Worker]:
         return sorted((w for w in self._rows.values() if w.namespace == ns), key=lambda w: w.name)
@@ -214,7 +260,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
             self._rows[worker.id] = new
         if status is WorkerStatus.STOPPED:
             self._retiring.discard(worker.id)
-        return HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring)
+        ts = now()
+        steal = [g for g in self._leases.get(worker.id, ()) if g.until > ts]
+        return HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring, steal=steal)
 
     async def _retire(self, ns: str, ref: str) -> Worker:
         worker = self.find(ns, ref)
@@ -230,34 +278,35 @@ class WorkerRegistry(Actor[WorkerMsg]):
     async def _sweep(self, ts: datetime) -> list[Worker]:
         lost = []
         for w in list(self._rows.values()):
-            if w.status in _LIVE:
-                overdue = w.last_heartbeat is None or ts - w.last_heartbeat > self._lost_after
-            elif w.status is WorkerStatus.STARTING:
+            if w.status is WorkerStatus.STARTING:
                 overdue = ts - w.started_at > self._launch_timeout
             else:
-                continue
+                overdue = self._overdue(w, ts)
             if overdue:
-                new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
-                log.warning(
-                    "worker %s (%s) is lost: no heartbeat since %s", w.name, w.id, w.last_heartbeat
-                )
-                # The events go first so that whoever sees the status also finds the why.
-                for q in w.queues or [DEFAULT_QUEUE]:
-                    await self._store.append_queue_event(
-                        w.namespace,
-                        q,
-                        "daemon_lost",
-                        None,
-                        {
-                            "worker": w.id,
-                            "name": w.name,
-                            "current": w.current,
-                            "last_heartbeat": str(w.last_heartbeat),
-                        },
-                    )
-                await self._save(new)
-                lost.append(new)
+                lost.append(await self._lose(w, {}))
         return lost
+
+    def _overdue(self, w: Worker, ts: datetime) -> bool:
+        """A live worker silent for longer than ``lost_after_s`` at ``ts``."""
+        if w.status not in _LIVE:
+            return False
+        return w.last_heartbeat is None or ts - w.last_heartbeat > self._lost_after
+
+    async def _lose(self, w: Worker, extra: dict[str, Any]) -> Worker:
+        new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
+        log.warning("worker %s (%s) is lost: no heartbeat since %s", w.name, w.id, w.last_heartbeat)
+        detail = {
+            "worker": w.id,
+            "name": w.name,
+            "current": w.current,
+            "last_heartbeat": str(w.last_heartbeat),
+            **extra,
+        }
+        # The events go first so that whoever sees the status also finds the why.
+        for q in w.queues or [DEFAULT_QUEUE]:
+            await self._store.append_queue_event(w.namespace, q, "daemon_lost", None, detail)
+        await self._save(new)
+        return new
 
     async def _prepare(self, msg: Prepare) -> list[Worker]:
         replaced = []

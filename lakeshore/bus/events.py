@@ -171,7 +171,10 @@ class EventFeed:
             await self.ensure()
         assert self._sub is not None
         try:
-            msgs = await self._sub.fetch(max_batch, timeout=timeout_s)
+            # nats-py's lingering fetch(N) waits for N messages until its deadline, so an
+            # idle feed waits for one message only; the backlog behind it (its metadata
+            # says how much) is then taken at once by the no-wait probe of a second fetch.
+            msgs = await self._sub.fetch(1, timeout=timeout_s)
         except TimeoutError:
             return []
         except jse.ServiceUnavailableError as e:
@@ -180,6 +183,12 @@ class EventFeed:
             return []
         except (nats.errors.Error, jse.Error) as e:
             raise Unavailable(f"cannot fetch from {subjects.EVENTS_STREAM}: {e}") from e
+        behind = min(max_batch - 1, msgs[-1].metadata.num_pending or 0) if msgs else 0
+        if behind:
+            try:
+                msgs += await self._sub.fetch(behind, timeout=timeout_s)
+            except (TimeoutError, nats.errors.Error, jse.Error):
+                pass  # the backlog waits for the next fetch; what we have is ours to record
         out = []
         for msg in msgs:
             delivery = await self._decode(msg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from lakeshore.cli.context import LakeshoreGroup
+from lakeshore.cli.controller import controller
 from lakeshore.cli.daemon import daemon
 from lakeshore.cli.jobs import jobs
 from lakeshore.cli.namespaces import namespaces
@@ -49,7 +50,7 @@ def lakeshore() -> None:
     """
 
 
-for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers):
+for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers, controller):
     lakeshore.add_command(_group)
 
 

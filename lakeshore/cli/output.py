@@ -139,8 +139,17 @@ def queue_events(events: list[QueueEvent], verbose: bool) -> str:
     )
 
 
+#: Detail keys shown after a controller decision's reason (everything is in ``-o json``).
+_FACTS = ("workers", "name", "lost_name", "by_name", "until", "exit_code")
+
+
 def _detail(detail: dict[str, Any] | None) -> str:
-    """An event's detail; a before/after pair of rows shrinks to the fields that changed."""
+    """An event's detail; a before/after pair of rows shrinks to the fields that changed,
+    and a decision (a detail with a ``reason``) reads as its reason, facts, then inputs."""
+    if isinstance(detail, dict) and isinstance(detail.get("reason"), str):
+        facts = [f"{k}={cell(detail[k])}" for k in _FACTS if detail.get(k) is not None]
+        inputs = [f"inputs {_json(detail['inputs'])}"] if detail.get("inputs") else []
+        return "; ".join([detail["reason"], *facts, *inputs])
     before, after = (detail or {}).get("before"), (detail or {}).get("after")
     if not (isinstance(before, dict) and isinstance(after, dict)):
         return cell(detail)

@@ -5,7 +5,8 @@ It is the one owner of the daemon's running jobs. Orders arrive in its typed inb
 retire) and signals (retire, stop now), and are handled one at a time by :meth:`handle`
 inside the loop, so the job table needs no locks.
 
-The loop claims as many invocations as there are free slots; with nothing claimed it
+The loop claims as many invocations as there are free slots (a slot frees when its run
+ends; settling the claim goes on beside the next run); with nothing claimed it
 waits for a nudge, an order or a freed slot, at most ``idle_poll_s``. Retiring stops the
 claiming, naks what was claimed but not started, and lets the running jobs finish within
 ``drain_timeout_s``; the ones still running then are interrupted (back to the queue).
@@ -132,7 +133,9 @@ class Dispatcher:
                         self._interrupt("the drain timeout passed")
                     await self._wait(max(remaining, 0) or None)
                     continue
-                free = self._concurrency - len(self._jobs)
+                # A slot frees when its run ends: the result put and the ack of one claim
+                # overlap the next claim and run, which keeps one slot busy twice as long.
+                free = self._concurrency - sum(j.running for j in self._jobs.values())
                 if free > 0:
                     claims = await self._claimer.claim(free)
                     # An order that came during the claim (retire) applies to what it got.
@@ -180,7 +183,7 @@ class Dispatcher:
             await self.handle(self._inbox.pop(0))
 
     def _start(self, runs: asyncio.TaskGroup, claim: Claim) -> None:
-        job = Job(claim, self._ctx)
+        job = Job(claim, self._ctx, on_ran=self._wake.set)
         key = (claim.queue, claim.seq)
         self._jobs[key] = job
         self._idle.clear()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -66,9 +66,12 @@ class JobContext:
 class Job:
     """Runs one claim from its ``claimed`` event to its final ack, nak or term."""
 
-    def __init__(self, claim: Claim, ctx: JobContext) -> None:
+    def __init__(self, claim: Claim, ctx: JobContext, on_ran: Callable[[], None]) -> None:
+        """Args: ``on_ran`` is called once the run is over (before the claim is settled)."""
         self.claim = claim
         self.id = claim.invocation.id
+        self.running = True
+        self._on_ran = on_ran
         self._ctx = ctx
         self._stop: Stop | None = None
         self._run: asyncio.Task[Outcome] | None = None
@@ -87,7 +90,11 @@ class Job:
         self._emit(EventType.CLAIMED, {"seq": c.seq, "level": c.level})
         log.info("%s: claimed from %s/p%d", self._label, c.queue, c.level)
         try:
-            outcome = await self._execute()
+            try:
+                outcome = await self._execute()
+            finally:
+                self.running = False
+                self._on_ran()
             await self._settle(outcome)
         except LakeshoreError as e:
             log.warning("%s: not settled (%s); JetStream will redeliver it", self._label, e)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from lakeshore.http import (
+    controller,
     daemons,
     invocations,
     jobs,
@@ -23,7 +24,17 @@ from lakeshore.http.state import PLANE
 if TYPE_CHECKING:
     from lakeshore.plane import ControlPlane
 
-ROUTE_MODULES = (meta, namespaces, queues, invocations, jobs, workers, daemons, providers)
+ROUTE_MODULES = (
+    meta,
+    namespaces,
+    queues,
+    invocations,
+    jobs,
+    workers,
+    daemons,
+    providers,
+    controller,
+)
 #: Largest request body accepted (bytes); larger answers 413.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 

@@ -13,6 +13,7 @@ import msgspec
 from aiohttp import web
 from msgspec import Struct
 
+from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue
 from lakeshore.actors.recorder import WaitFinished, WaitRecorded
@@ -194,14 +195,18 @@ async def _shown(request: web.Request, job: JobDetail) -> JobDetail:
 
 async def _pending_reason(request: web.Request, ns: str, queue: str) -> str:
     """Why a pending job of ``queue`` is not running: the first that applies of
-    ``no_members``, ``all_members_busy``, ``draining``, ``archived``, else ``queued``."""
+    the controller's ``scaling_up``, ``pool_at_max`` or ``steal_delay`` (only while no
+    member can take it), ``no_members``, ``all_members_busy``, ``draining``,
+    ``archived``, else ``queued``."""
     plane = request.app[PLANE]
     members = await plane.workers.ask(Scrub(ns, queue, dry_run=True))
     serving = [w for w in members if w.status in _SERVING]
-    if not serving:
-        return "no_members"
-    if all(w.status is WorkerStatus.BUSY for w in serving):
-        return "all_members_busy"
+    if not serving or all(w.status is WorkerStatus.BUSY for w in serving):
+        try:
+            hint = await plane.controller.ask(PendingHint(ns, queue))
+        except Unavailable:
+            hint = None  # the controller's view is a refinement; the members' still holds
+        return hint or ("all_members_busy" if serving else "no_members")
     try:
         row = await (await plane.directory.ask(Lookup(ns, queue))).ask(GetQueue())
     except QueueNotFound:

@@ -34,7 +34,7 @@ class TokenList(Struct, frozen=True):
 async def create(request: web.Request) -> web.Response:
     body = await decode_body(request, NamespaceCreate)
     org = access.visible_org(caller(request), body.org)
-    ns = await access.create_namespace(request.app[PLANE].store, body.name, org)
+    ns = await request.app[PLANE].access.create_namespace(body.name, org)
     return reply(ns, status=201)
 
 
@@ -60,7 +60,7 @@ async def show(request: web.Request) -> web.Response:
 async def create_token(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, TokenCreate)
-    token = await access.issue_token(request.app[PLANE].store, ns.name, body.description)
+    token = await request.app[PLANE].access.issue_token(ns.name, body.description)
     return reply(token, status=201)
 
 
@@ -74,7 +74,7 @@ async def list_tokens(request: web.Request) -> web.Response:
 async def revoke_token(request: web.Request) -> web.Response:
     ns = await namespace(request)
     token_id = request.match_info["id"]
-    token = await request.app[PLANE].store.revoke_token(ns.name, token_id)
+    token = await request.app[PLANE].access.revoke_token(ns.name, token_id)
     if token is None:
         raise TokenNotFound(ns.name, token_id)
     return reply(token)

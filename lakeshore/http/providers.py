@@ -30,10 +30,9 @@ async def namespace_or_create(request: web.Request) -> Namespace:
     except NamespaceNotFound:
         pass
     who = caller(request)
-    store = request.app[PLANE].store
     try:
-        await access.create_namespace(
-            store, request.match_info["ns"], access.visible_org(who, None)
+        await request.app[PLANE].access.create_namespace(
+            request.match_info["ns"], access.visible_org(who, None)
         )
     except AlreadyExists:
         pass  # created by a concurrent request: authorise against that one below

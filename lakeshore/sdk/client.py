@@ -17,6 +17,7 @@ import aiohttp
 import msgspec
 
 from lakeshore import errors
+from lakeshore.controller.status import ControllerStatus
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import (
     DaemonLaunch,
@@ -505,3 +506,11 @@ class Client:
     def providers_rm(self, name: str, *, namespace: str | None = None) -> Call[Provider]:
         """Delete a provider; the built-in ``local`` cannot be deleted (409)."""
         return Call(self, Provider, "DELETE", self._ns(namespace, "providers", name))
+
+    # ---- controller ---------------------------------------------------------------------
+
+    def controller_status(self, *, namespace: str | None = None) -> Call[ControllerStatus]:
+        """The controller's last tick in the namespace: per queue and pool, the desired
+        and actual managed daemons, those launching and the reason; the live steal leases.
+        """
+        return Call(self, ControllerStatus, "GET", self._ns(namespace, "controller"))

@@ -168,6 +168,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.job_show("x"),
         c.job_result("x"),
         c.job_cancel("x"),
+        c.controller_status(),
     ]
     paths = (await client.openapi())["paths"]
     served = {
