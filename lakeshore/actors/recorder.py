@@ -30,7 +30,7 @@ from lakeshore.actors.base import Actor
 from lakeshore.bus.events import Delivery
 from lakeshore.errors import Unavailable
 from lakeshore.fencing import Fence, Fenced, Key
-from lakeshore.model import EventType, InvocationEvent, InvocationState
+from lakeshore.model import EventType, InvocationEvent
 from lakeshore.store import Store
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,9 @@ STOP_TIMEOUT_S = 3.0
 
 
 class WaitFinished(Struct, frozen=True):
-    """Answered with an ``asyncio.Future[InvocationState]`` that resolves to the terminal
-    state once it is recorded. Cancel the future when you stop waiting."""
+    """Answered with an ``asyncio.Future[Fence]`` that resolves once the invocation's end is
+    recorded (the fence's ``started_epoch`` is then the accepted attempt's epoch). Cancel
+    the future when you stop waiting."""
 
     namespace: str
     id: str
@@ -122,7 +123,7 @@ class Recorder(Actor[RecorderMsg]):
         self._unfinished: dict[Key, Fence] = {}
         self._finished: OrderedDict[Key, Fence] = OrderedDict()
         self._hwm: str | None = None
-        self._waiters: dict[Key, list[asyncio.Future[InvocationState]]] = {}
+        self._waiters: dict[Key, list[asyncio.Future[Fence]]] = {}
         self._seq_waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._loop: asyncio.Task[None] | None = None
         self._stopping = self._recording = False
@@ -214,8 +215,18 @@ class Recorder(Actor[RecorderMsg]):
         events = [ev for d in fresh for ev in d.batch.events]
         fenced = fencing.fence_batch(events, await self._known(events))
         rows = [_row(ev) for ev in fenced.events]
+        # A result waiter is told before the append: the outcome is already durable (the
+        # events in JetStream, the result in KV) and fencing is deterministic, so a failed
+        # append re-fences the redelivered batch to the same outcome. History follows.
+        self._resolve_finished(fenced)
         await self._store.append_invocation_events(rows, batches=[d.seq for d in fresh])
         self._commit(fenced, deliveries)
+
+    def _resolve_finished(self, fenced: Fenced) -> None:
+        for key in fenced.finished:
+            for fut in self._waiters.pop(key, ()):
+                if not fut.done():
+                    fut.set_result(fenced.fences[key])
 
     async def _unrecorded(self, deliveries: list[Delivery], recheck: bool) -> list[Delivery]:
         """Drop messages already appended: only a redelivery (or a retry) can be one."""
@@ -266,10 +277,7 @@ class Recorder(Actor[RecorderMsg]):
             self._rate.popleft()
         if log.isEnabledFor(logging.INFO):
             _log_outcomes(fenced)
-        for key in fenced.finished:
-            for fut in self._waiters.pop(key, ()):
-                if not fut.done():
-                    fut.set_result(fenced.fences[key].state)
+        self._resolve_finished(fenced)  # waiters that came during the append
         waiting = []
         for seq, seq_fut in self._seq_waiters:
             if seq <= self._last_seq and not seq_fut.done():
@@ -290,11 +298,11 @@ class Recorder(Actor[RecorderMsg]):
 
     # ---- the inbox ------------------------------------------------------------------
 
-    async def _wait_finished(self, key: Key) -> asyncio.Future[InvocationState]:
-        fut: asyncio.Future[InvocationState] = asyncio.get_running_loop().create_future()
+    async def _wait_finished(self, key: Key) -> asyncio.Future[Fence]:
+        fut: asyncio.Future[Fence] = asyncio.get_running_loop().create_future()
         fence = self._unfinished.get(key) or self._finished.get(key)
         if fence is not None and fence.finished:
-            fut.set_result(fence.state)
+            fut.set_result(fence)
             return fut
         # Registered before the store is asked: a finish committed meanwhile resolves it.
         self._waiters.setdefault(key, []).append(fut)
@@ -304,7 +312,7 @@ class Recorder(Actor[RecorderMsg]):
         if fence is None and self._hwm is not None and key[1] <= self._hwm:
             stored = (await self._store.fences([key[1]])).get(key)
             if stored is not None and stored.finished and not fut.done():
-                fut.set_result(stored.state)
+                fut.set_result(stored)
         return fut
 
     def _sweep_waiters(self) -> None:

@@ -8,6 +8,7 @@ the Recorder once the invocation's terminal event is recorded, so nothing polls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import msgspec
 from aiohttp import web
@@ -43,6 +44,7 @@ MAX_WAIT_S = 600.0
 #: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
 CATCH_UP_S = 2.0
 #: Members that can take work now.
+_WITH_RESULT = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
 _SERVING = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 _ENDED = {
     InvocationState.CANCELLED: ("lakeshore.Cancelled", "was cancelled"),
@@ -86,9 +88,26 @@ async def show(request: web.Request) -> web.Response:
 async def result(request: web.Request) -> web.Response:
     ns = await namespace(request)
     wait_s = _wait(request.query.get("wait_s"))
-    record = await _record(request, ns.name)
-    if record.job.state not in TERMINAL_STATES and wait_s > 0:
-        await _wait_finished(request, ns.name, record.job.id, wait_s)
+    job_id = request.match_info["id"]
+    plane = request.app[PLANE]
+    finished = await plane.recorder.ask(WaitFinished(ns.name, job_id))
+    try:
+        record = None
+        if not finished.done():
+            record = await _record(request, ns.name)  # 404 for an unknown id, before waiting
+            if record.job.state not in TERMINAL_STATES and wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(finished), wait_s)
+        # Fast path: the Recorder knows how a recent invocation ended and with which
+        # attempt, so a finished run's result is one KV read, not a query of the history.
+        fence = finished.result() if finished.done() else None
+        if fence is not None and fence.terminal in _WITH_RESULT:
+            stored = await plane.events.get_result(ns.name, job_id, fence.started_epoch)
+            if stored is not None:
+                return reply(stored)
+    finally:
+        finished.cancel()  # tells the Recorder to forget the waiter
+    if record is None or fence is not None:
         record = await _record(request, ns.name)
     job = record.job
     if job.state not in TERMINAL_STATES:

@@ -68,7 +68,7 @@ class Harness:
     async def finished(self, inv: str, ns: str = NS) -> InvocationState:
         assert self.ref is not None
         async with asyncio.timeout(WAIT_S):
-            return await (await self.ref.ask(WaitFinished(ns, inv)))
+            return (await (await self.ref.ask(WaitFinished(ns, inv)))).state
 
     async def types(self, inv: str, ns: str = NS) -> list[str]:
         return [row[4] for row in await self.store.list_invocation_events(ns, inv)]

@@ -48,7 +48,7 @@ async def test_a_late_completion_from_a_superseded_epoch_is_stale(harness: Harne
     assert not waiting.done()
     await harness.publish(event("z", OK, 2))
     assert await harness.finished("z") is InvocationState.SUCCEEDED
-    assert waiting.result() is InvocationState.SUCCEEDED
+    assert waiting.result().state is InvocationState.SUCCEEDED
     assert await harness.types("z") == [
         "submitted", "claimed", "started", "claimed", "started", "stale", "succeeded"
     ]  # fmt: skip
