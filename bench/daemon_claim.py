@@ -69,7 +69,8 @@ async def time_daemon(url: str, client: Client, count: int, concurrency: int) ->
         run_daemon(settings, stop, environ=os.environ, on_ready=ready.set_result)
     )
     try:
-        await ready
+        async with asyncio.timeout(30):
+            await ready
         t0 = time.perf_counter()
         async with asyncio.timeout(600):
             await done.wait()
@@ -109,18 +110,17 @@ async def main(count: int, concurrencies: list[int]) -> None:
             async with control_plane(Path(tmp) / "plane", server.url) as (api, token):
                 async with Client(api, token, NS) as client:
                     await client.queue_add(QueueCreate(name=QUEUE))
-                    daemon_s = {
-                        c: await time_daemon(server.url, client, count, c) for c in concurrencies
-                    }
                     raw_s = await time_raw_fetch(server.url, client, count)
-    raw = count / raw_s
-    print(f"raw nats-py fetch(100)+ack: {count:,} msgs in {raw_s:.2f}s: {raw:,.0f}/s")
-    for c, secs in daemon_s.items():
-        rate = count / secs
-        print(
-            f"daemon, concurrency {c:>3}: {count:,} no-op claims in {secs:.2f}s: "
-            f"{rate:,.0f}/s ({rate / raw:.3f} of raw)"
-        )
+                    raw = count / raw_s
+                    print(f"raw nats-py fetch(100)+ack: {count:,} in {raw_s:.2f}s: {raw:,.0f}/s")
+                    for c in concurrencies:
+                        secs = await time_daemon(server.url, client, count, c)
+                        rate = count / secs
+                        print(
+                            f"daemon, concurrency {c:>3}: {count:,} no-op claims in {secs:.2f}s: "
+                            f"{rate:,.0f}/s ({rate / raw:.3f} of raw)",
+                            flush=True,
+                        )
 
 
 @contextlib.asynccontextmanager
@@ -152,7 +152,13 @@ async def control_plane(data_dir: Path, nats_url: str) -> AsyncIterator[tuple[st
     finally:
         if proc.returncode is None:
             proc.terminate()
-        await proc.wait()
+        try:
+            async with asyncio.timeout(30):
+                await proc.wait()
+        except TimeoutError:
+            print("lakeshore server did not stop within 30s of SIGTERM; killed", file=sys.stderr)
+            proc.kill()
+            await proc.wait()
     await drain
 
 

@@ -52,6 +52,9 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     most one launch may start)."""
     steal_lease_ticks: Annotated[int, Meta(ge=1)] = 3
     """How many ticks a work-stealing lease lasts."""
+    ack_wait_s: Seconds = 60.0
+    """A claim not renewed for this long returns to its queue (daemons renew every third of
+    it while they run), in seconds."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

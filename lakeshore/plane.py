@@ -84,7 +84,9 @@ class ControlPlane:
                 )
                 await self.nats.start()
                 self.nats_url = self.nats.url
-            self.bus = await NatsBus.connect(self.nats_url, replicas=self.settings.replicas)
+            self.bus = await NatsBus.connect(
+                self.nats_url, replicas=self.settings.replicas, ack_wait_s=self.settings.ack_wait_s
+            )
             self.store = await open_store(self.data_dir / "lakeshore.duckdb")
             self.access = Access(self.store)
             self.admin_token = await self.access.bootstrap()

@@ -101,7 +101,10 @@ async def plane_factory(nats_server, tmp_path: Path):
     async def start(data_dir: Path | None = None, **overrides: Any) -> PlaneHandle:
         data_dir = data_dir or tmp_path / f"plane-{next(counter)}"
         settings = ServerSettings(
-            data_dir=data_dir, host="127.0.0.1", port=0, nats_url=nats_server.url, **overrides
+            data_dir=data_dir,
+            host="127.0.0.1",
+            port=0,
+            **{"nats_url": nats_server.url, **overrides},
         )
         plane = ControlPlane(settings)
         await plane.start()

@@ -93,7 +93,7 @@ class ControllerActor(Actor[ControllerMsg]):
 
     Args:
         store: the row store (queue rows are read, queue events appended).
-        bus: the control plane's NATS handle (backlogs, daemon control).
+        bus: the control plane's NATS handle (the queues' backlogs).
         workers: the WorkerRegistry.
         launcher: the Launcher.
         settings: the controller's settings.
@@ -111,7 +111,7 @@ class ControllerActor(Actor[ControllerMsg]):
         settings: ControllerSettings,
     ) -> None:
         self._store, self._bus, self._workers = store, bus, workers
-        self._apply = Applier(store=store, bus=bus, workers=workers, launcher=launcher)
+        self._apply = Applier(store=store, workers=workers, launcher=launcher)
         self._settings = settings
         self._tracker = Tracker()
         self._ticks = 0
@@ -125,6 +125,7 @@ class ControllerActor(Actor[ControllerMsg]):
         #: the registry's copy of the steal leases is out of date
         self._leases_dirty = False
         self._halted = False
+        self._skipping = False
 
     async def handle(self, msg: ControllerMsg) -> Any:
         match msg:
@@ -146,14 +147,19 @@ class ControllerActor(Actor[ControllerMsg]):
         try:
             queues = await self._store.all_queues()
             rows: list[Worker] = await self._workers.ask(WorkerRows())
-            seen = self._tracker.observe(rows, at)
             loads = await read_loads(self._bus, _needing_load(queues, rows), at)
         except LakeshoreError as e:
-            log.warning("controller tick skipped: %s", e)
+            if not self._skipping:
+                log.warning("controller ticks skipped until their inputs can be read: %s", e)
+            self._skipping = True
             return 0
         except Exception:
             log.exception("controller tick skipped: cannot read its inputs")
             return 0
+        if self._skipping:
+            log.info("controller ticking again")
+            self._skipping = False
+        seen = self._tracker.observe(rows, at)
         leases_ended = self._tracker.prune(seen.workers, loads, at)
         snapshot = Snapshot(
             now=at,
@@ -164,7 +170,11 @@ class ControllerActor(Actor[ControllerMsg]):
             leases=dict(self._tracker.leases),
             idle_since=seen.idle_since,
         )
-        result = tick(snapshot, self._settings)
+        try:
+            result = tick(snapshot, self._settings)
+        except Exception:
+            log.exception("controller: the rule book failed on this tick's snapshot")
+            return 0
         self._names = {w.id: w.name for w in rows}
         self._leases_dirty |= leases_ended
         failed_before, self._errors = self._errors, {}
@@ -226,10 +236,11 @@ class ControllerActor(Actor[ControllerMsg]):
         text = e.message if isinstance(e, LakeshoreError) else f"{type(e).__name__}: {e}"
         if before.get(unit) != text and self._errors.get(unit) != text:
             # Logged once per distinct failure: it is retried every tick.
+            what = f"{type(d).__name__.lower()} for {'/'.join(unit[::2])}"
             if isinstance(e, LakeshoreError):
-                log.warning("controller: %s not applied (retried next tick): %s", d, text)
+                log.warning("controller: %s not applied (retried next tick): %s", what, text)
             else:
-                log.exception("controller: %s failed (retried next tick)", d)
+                log.exception("controller: %s failed (retried next tick)", what)
         self._errors[unit] = text
 
     def _status(self, ns: str) -> ControllerStatus:

@@ -68,16 +68,21 @@ class QueueCounts:
 class NatsBus:
     """The control plane's handle on NATS. Build it with :meth:`connect`."""
 
-    def __init__(self, nc: NatsClient, js: JetStreamContext, replicas: int) -> None:
+    def __init__(
+        self, nc: NatsClient, js: JetStreamContext, replicas: int, ack_wait_s: float = ACK_WAIT_S
+    ) -> None:
         self._nc = nc
         self._js = js
         self._replicas = replicas
+        self._ack_wait_s = ack_wait_s
 
     @classmethod
-    async def connect(cls, url: str, *, replicas: int = 1, name: str = "lakeshore") -> NatsBus:
+    async def connect(
+        cls, url: str, *, replicas: int = 1, ack_wait_s: float = ACK_WAIT_S, name: str = "lakeshore"
+    ) -> NatsBus:
         """Connect (see :func:`lakeshore.bus.connection.connect_nats`)."""
         nc = await connect_nats(url, name=name)
-        return cls(nc, nc.jetstream(timeout=5), replicas)
+        return cls(nc, nc.jetstream(timeout=5), replicas, ack_wait_s)
 
     @property
     def nc(self) -> NatsClient:
@@ -122,7 +127,7 @@ class NatsBus:
                         durable_name=subjects.level_consumer(level),
                         filter_subject=subjects.level_subject(namespace, queue, level),
                         ack_policy=AckPolicy.EXPLICIT,
-                        ack_wait=ACK_WAIT_S,
+                        ack_wait=self._ack_wait_s,
                         max_ack_pending=10_000,
                         num_replicas=self._replicas,
                     ),

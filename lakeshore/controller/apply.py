@@ -6,8 +6,8 @@ feed it and to act on what it returns, always through the owners of the state to
 * a launch asks the Launcher (which has the WorkerRegistry make the rows, then starts the
   daemons on the queue's provider), marked ``managed``;
 * a retirement asks the WorkerRegistry (status ``retiring``; the next heartbeat reply
-  says ``retire``) and tells the daemon at once on its control subject — the daemon
-  finishes its current invocation, then exits, so no busy daemon is ever killed;
+  says ``retire``) — the daemon finishes its current invocation, then exits, so no busy
+  daemon is ever killed;
 * a lost daemon is marked by the WorkerRegistry, which judges it again by its own clock;
 * steal leases reach the daemons through the WorkerRegistry's heartbeat replies.
 """
@@ -33,7 +33,7 @@ from lakeshore.bus.nats import NatsBus
 from lakeshore.controller.decisions import Launch, MarkLost, Retire
 from lakeshore.controller.records import Record, lost_detail
 from lakeshore.controller.snapshot import QueueKey, QueueLoad
-from lakeshore.model import DaemonControl, DaemonLaunch, Invocation, Queue, StealGrant, Worker
+from lakeshore.model import DaemonLaunch, Invocation, Queue, StealGrant, Worker
 from lakeshore.store import Store
 
 #: Queues whose backlog is read at the same time (each read is a few NATS requests).
@@ -87,16 +87,12 @@ class Applier:
 
     Args:
         store: the row store (queue events are appended here).
-        bus: the control plane's NATS handle (daemon control messages).
         workers: the WorkerRegistry.
         launcher: the Launcher.
     """
 
-    def __init__(
-        self, *, store: Store, bus: NatsBus, workers: ActorRef[Any], launcher: ActorRef[Any]
-    ) -> None:
-        self._store, self._bus = store, bus
-        self._workers, self._launcher = workers, launcher
+    def __init__(self, *, store: Store, workers: ActorRef[Any], launcher: ActorRef[Any]) -> None:
+        self._store, self._workers, self._launcher = store, workers, launcher
 
     async def launch(self, d: Launch) -> list[Worker]:
         """Launch ``d.count`` managed daemons named ``<queue or pool>-<6 hex>[-NN]``.
@@ -117,12 +113,17 @@ class Applier:
     async def retire(self, d: Retire) -> Worker:
         """Have the daemon finish its current invocation, then exit.
 
+        The registry marks it ``retiring`` and says ``retire`` in its next heartbeat
+        reply (within ``heartbeat_s``). The order is not also sent on the daemon's control
+        subject, as ``DELETE /workers/:id`` does: a daemon that gets the order there while
+        a heartbeat is in flight can miss the cancellation of its heartbeat loop
+        (``asyncio.wait_for`` on Python 3.11) and never exit — an order in the reply is
+        applied by the heartbeat loop itself, so it cannot race it.
+
         Raises:
             LakeshoreError: the registry does not know the worker, or did not answer.
         """
-        worker = await self._workers.ask(RetireWorker(d.namespace, d.worker_id))
-        await self._bus.send_control(d.namespace, d.worker_id, DaemonControl(retire=True))
-        return worker
+        return await self._workers.ask(RetireWorker(d.namespace, d.worker_id))
 
     async def mark_lost(self, d: MarkLost) -> Worker | None:
         """Have the registry mark the worker lost; ``None`` if it was not (or no longer) due."""

@@ -1,9 +1,12 @@
 """Batched publisher of lifecycle events, one buffer per queue.
 
-Events are flushed at least every :data:`FLUSH_S` and as soon as :data:`MAX_BATCH` are
-waiting for one queue, so a busy daemon sends few large batches and an idle one reports
-within 20 ms. Each batch carries a ``Nats-Msg-Id``, so a retried publish (the first may
-have been stored although its answer was lost) is deduplicated by JetStream. A batch that
+Events are flushed as soon as the flusher runs again (one turn of the event loop
+collects what the running jobs emitted together), and while one batch is being published
+the next ones gather: a busy daemon sends few large batches, an idle one reports at once.
+A job that must not ack before its outcome is recorded awaits
+:meth:`EventPublisher.publish`, which returns once the batch holding the event is stored in
+JetStream. Each batch carries a ``Nats-Msg-Id``, so a retried publish (the first may have
+been stored although its answer was lost) is deduplicated by JetStream. A batch that
 cannot be published stays buffered, in order, and is retried with a growing pause.
 """
 
@@ -21,7 +24,7 @@ from lakeshore.model import EventBatch, InvocationEvent
 
 log = logging.getLogger(__name__)
 
-#: Longest time an event waits in the buffer while NATS is healthy (seconds).
+#: Pause before the first retry of a failed publish (seconds).
 FLUSH_S = 0.020
 #: Events per batch; a buffer this full is flushed at once.
 MAX_BATCH = 256
@@ -49,9 +52,13 @@ class EventPublisher:
         self._bus = bus
         self._ns = namespace
         self._buffers: dict[str, list[InvocationEvent]] = defaultdict(list)
+        # Futures of events whose publisher waits for them, per queue, parallel to buffers.
+        self._futures: dict[str, list[asyncio.Future[None] | None]] = defaultdict(list)
         # Batches that have their msg id: retried exactly as first sent, or the retry of
         # a publish that was in fact stored would be a "duplicate" with other events in it.
-        self._sealed: dict[str, deque[tuple[str, EventBatch]]] = defaultdict(deque)
+        self._sealed: dict[
+            str, deque[tuple[str, EventBatch, list[asyncio.Future[None] | None]]]
+        ] = defaultdict(deque)
         self._waiting = asyncio.Event()
         self._full = asyncio.Event()
         # Per process, so batch ids of a restarted daemon never collide with its last run's.
@@ -61,9 +68,21 @@ class EventPublisher:
         self._retry_s = 0.0
 
     def emit(self, event: InvocationEvent) -> None:
-        """Buffer one event; it is published within :data:`FLUSH_S` (NATS permitting)."""
+        """Buffer one event; it is published on the flusher's next turn (NATS permitting)."""
+        self._add(event, None)
+
+    async def publish(self, event: InvocationEvent) -> None:
+        """Buffer one event and return once it is stored in JetStream (batched with the
+        others of this moment). A job awaits this before it acks, so that a daemon dying
+        between the two never leaves a finished invocation unrecorded."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._add(event, fut)
+        await fut
+
+    def _add(self, event: InvocationEvent, fut: asyncio.Future[None] | None) -> None:
         buf = self._buffers[event.queue]
         buf.append(event)
+        self._futures[event.queue].append(fut)
         self._waiting.set()
         if len(buf) >= MAX_BATCH:
             self._full.set()
@@ -72,13 +91,18 @@ class EventPublisher:
         """Flush loop; runs until cancelled (then call :meth:`flush` once more)."""
         while True:
             await self._waiting.wait()
+            if self._retry_s:
+                try:
+                    async with asyncio.timeout(self._retry_s):
+                        await self._full.wait()
+                except TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(0)  # let the jobs that finish together add theirs
             try:
-                async with asyncio.timeout(FLUSH_S + self._retry_s):
-                    await self._full.wait()
-            except TimeoutError:
-                pass
-            try:
-                await self.flush()
+                # Shielded: cancelling the loop must not cut a publish short, or the last
+                # flush would send its batch again (deduplicated, but seen twice on the wire).
+                await asyncio.shield(self.flush())
             except Exception:
                 log.exception("events: flush failed; retrying")
                 self._retry_s = MAX_RETRY_S
@@ -105,11 +129,14 @@ class EventPublisher:
     async def _flush_queue(self, queue: str) -> bool:
         sealed = self._sealed[queue]
         buf = self._buffers.pop(queue, [])
+        futs = self._futures.pop(queue, [])
         for i in range(0, len(buf), MAX_BATCH):
             msg_id = f"{self._id_prefix}-{next(self._ids)}"
-            sealed.append((msg_id, EventBatch(events=buf[i : i + MAX_BATCH])))
+            sealed.append(
+                (msg_id, EventBatch(events=buf[i : i + MAX_BATCH]), futs[i : i + MAX_BATCH])
+            )
         while sealed:
-            msg_id, batch = sealed[0]
+            msg_id, batch, waiting = sealed[0]
             try:
                 await self._bus.publish_events(self._ns, queue, batch, msg_id=msg_id)
             except LakeshoreError as e:
@@ -117,11 +144,14 @@ class EventPublisher:
                     log.warning("events: %s not published yet: %s", queue, e)
                 return False
             sealed.popleft()
+            for fut in waiting:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
         del self._sealed[queue]
         return True
 
     @property
     def buffered(self) -> int:
         """Events not yet published."""
-        sealed = sum(len(b.events) for q in self._sealed.values() for _, b in q)
+        sealed = sum(len(b.events) for q in self._sealed.values() for _, b, _ in q)
         return sealed + sum(len(b) for b in self._buffers.values())

@@ -3,10 +3,13 @@
 The job composes the policies (lease, timeout, retries) around the runner, then settles
 the claim in the order the data plane fixes:
 
-- success: put the ``Result``, ``ack_sync()``, event ``succeeded``;
-- failure with attempts left: event ``retrying``, ``nak(backoff(epoch))``;
-- last attempt failed: put the ``Result``, ``term()``, event ``failed``;
-- cancelled: ``term()``, event ``cancelled``;
+- success: put the ``Result``, event ``succeeded`` (stored), ``ack_sync()``;
+- failure with attempts left: event ``retrying`` (stored), ``nak(backoff(epoch))``;
+- last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
+- cancelled: event ``cancelled`` (stored), ``term()``;
+
+An outcome's event is stored before the message is acknowledged: a daemon that dies in
+between leaves a redelivery (fenced as stale), never a finished run nobody recorded.
 - interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
 
 A NATS failure while settling is logged and left to JetStream: an unacknowledged claim is
@@ -136,8 +139,8 @@ class Job:
         bus, c = self._ctx.bus, self.claim
         if outcome is None:
             if self._stop is Stop.CANCEL:
+                await self._record(EventType.CANCELLED, {"seq": c.seq})
                 await self._finish(bus.term(c.msg), "term")
-                self._emit(EventType.CANCELLED, {"seq": c.seq})
                 log.info("%s: cancelled", self._label)
             else:
                 await bus.nak(c.msg)
@@ -152,19 +155,19 @@ class Job:
                 error = RemoteError(type="lakeshore.ResultNotStored", message=str(e))
                 outcome = Outcome(ok=False, error=error, exit_code=outcome.exit_code)
             else:
+                await self._record(EventType.SUCCEEDED, self._detail(outcome))
                 await self._finish(bus.ack_sync(c.msg), "ack")
-                self._emit(EventType.SUCCEEDED, self._detail(outcome))
                 log.info("%s: succeeded", self._label)
                 return
         if should_retry(c.epoch, c.invocation.max_attempts):
             delay = backoff_s(c.epoch)
-            self._emit(EventType.RETRYING, {**self._detail(outcome), "delay_s": delay})
+            await self._record(EventType.RETRYING, {**self._detail(outcome), "delay_s": delay})
             await bus.nak(c.msg, delay)
             log.info("%s: failed (%s), retrying in %gs", self._label, _brief(outcome), delay)
         else:
             await self._put_result(outcome)
+            await self._record(EventType.FAILED, self._detail(outcome))
             await self._finish(bus.term(c.msg), "term")
-            self._emit(EventType.FAILED, self._detail(outcome))
             log.info("%s: failed (%s), no attempts left", self._label, _brief(outcome))
 
     async def _finish(self, call: Awaitable[None], what: str) -> None:
@@ -198,19 +201,24 @@ class Job:
         return detail
 
     def _emit(self, type_: EventType, detail: dict[str, Any]) -> None:
+        self._ctx.events.emit(self._event(type_, detail))
+
+    async def _record(self, type_: EventType, detail: dict[str, Any]) -> None:
+        """Emit an outcome's event and wait until JetStream has stored it."""
+        await self._ctx.events.publish(self._event(type_, detail))
+
+    def _event(self, type_: EventType, detail: dict[str, Any]) -> InvocationEvent:
         c = self.claim
-        self._ctx.events.emit(
-            InvocationEvent(
-                namespace=c.invocation.namespace,
-                queue=c.queue,
-                invocation_id=self.id,
-                ts=now(),
-                type=type_,
-                attempt=c.epoch,
-                worker=self._ctx.worker_id,
-                epoch=c.epoch,
-                detail=detail,
-            )
+        return InvocationEvent(
+            namespace=c.invocation.namespace,
+            queue=c.queue,
+            invocation_id=self.id,
+            ts=now(),
+            type=type_,
+            attempt=c.epoch,
+            worker=self._ctx.worker_id,
+            epoch=c.epoch,
+            detail=detail,
         )
 
 

@@ -8,19 +8,29 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 
 from lakeshore.actors.workers import Beat
 from lakeshore.actors.workers import Snapshot as WorkerRows
 from lakeshore.cli.main import lakeshore
-from lakeshore.controller import POOL_LABEL, QUEUE_LABEL
-from lakeshore.controller.status import ControllerStatus
-from lakeshore.model import Heartbeat, ProviderKind, Worker, WorkerStatus, now
+from lakeshore.controller import POOL_LABEL, QUEUE_LABEL, QueueLoad, Scope
+from lakeshore.controller.status import ControllerStatus, UnitStatus, pending_hint
+from lakeshore.controller.tracking import Tracker
+from lakeshore.model import (
+    Elasticity,
+    Heartbeat,
+    ProviderKind,
+    Queue,
+    Worker,
+    WorkerStatus,
+    now,
+)
 from lakeshore.sdk import Client
 
 NS = "default"
@@ -103,14 +113,14 @@ class Bench:
 
     async def unit(self, name: str, scope: str = "queue") -> dict[str, Any]:
         units = (await self.status())["units"]
-        return next(u for u in units if (u["scope"], u["name"]) == (scope, name))
+        return next((u for u in units if (u["scope"], u["name"]) == (scope, name)), {})
 
     async def wait_unit(self, name: str, scope: str = "queue", **expected: Any) -> dict[str, Any]:
         """Wait until the status row shows ``expected`` (the status trails by a tick)."""
         async with asyncio.timeout(WAIT_S):
             while True:
                 unit = await self.unit(name, scope)
-                if all(unit[k] == v for k, v in expected.items()):
+                if unit and all(unit[k] == v for k, v in expected.items()):
                     return unit
                 await asyncio.sleep(0.05)
 
@@ -382,7 +392,61 @@ async def test_elasticity_must_name_a_provider_the_controller_can_launch_on(benc
     assert status == 200
 
     await bench.post("/providers", {"name": "mine", "kind": "local"})
-    status, body = await api.patch(
-        f"{BASE}/queues/q", {"elasticity": {**elastic, "provider": "mine"}}
-    )
+    scaling = {"kind": "fully_elastic", "max": 2, "provider": "mine"}
+    status, body = await api.patch(f"{BASE}/queues/q", {"elasticity": scaling})
     assert status == 200 and body["elasticity"]["provider"] == "mine"
+
+
+async def test_a_launch_that_cannot_be_applied_is_shown_and_retried_not_recorded(bench):
+    await bench.post("/providers", {"name": "short-lived", "kind": "local"})
+    await bench.queue("orphan", kind="fully_elastic", max=1, provider="short-lived")
+    status, _ = await bench.api.delete(f"{BASE}/providers/short-lived")
+    assert status == 200
+    await bench.submit("orphan", "noop")
+
+    unit = await bench.wait_unit("orphan", desired=1, actual=0, launching=0)
+    assert "no provider 'short-lived'" in unit["error"]
+    await bench.ticks(3)
+    assert (await bench.unit("orphan"))["error"] == unit["error"]
+    assert await bench.events("orphan", "scale.decision") == []
+    assert await bench.managed("orphan", frozenset(WorkerStatus)) == []
+
+
+def test_the_tracker_counts_starting_managed_rows_as_launching_and_watches_idleness():
+    t0 = now()
+    managed = {QUEUE_LABEL: "q"}
+    starting = Worker(id="w-1", name="a", namespace=NS, labels=managed, managed=True, started_at=t0)
+    idle = Worker(
+        id="w-2", name="b", namespace=NS, labels=managed, managed=True, started_at=t0,
+        status=WorkerStatus.IDLE,
+    )  # fmt: skip
+    tracker = Tracker()
+    seen = tracker.observe([starting, idle], t0)
+    assert [w.id for w in seen.workers] == ["w-2"] and seen.launching == {(NS, "q"): 1}
+    assert seen.idle_since == {"w-2": t0}
+    later = t0 + timedelta(seconds=5)
+    lost = msgspec.structs.replace(idle, status=WorkerStatus.LOST)
+    seen = tracker.observe([lost], later)
+    assert seen.idle_since == {} and seen.newly_lost == {(NS, Scope.QUEUE, "q"): [lost]}
+    assert tracker.observe([lost], later).newly_lost == {}
+
+
+def test_pending_hint_prefers_scaling_up_then_pool_at_max_then_steal_delay():
+    def row(scope: Scope, name: str, launching: int, actual: int, cap: int) -> UnitStatus:
+        return UnitStatus(
+            namespace=NS, scope=scope, name=name, policy="", max=cap, desired=cap,
+            actual=actual, launching=launching, reason="",
+        )  # fmt: skip
+
+    t0 = now()
+    q = Queue(
+        name="q", namespace=NS, created_at=t0, updated_at=t0,
+        elasticity=Elasticity(pool="p", steal_delay_s=5.0),
+    )  # fmt: skip
+    young = QueueLoad(namespace=NS, queue="q", pending=1, oldest_pending_age_s=1.0)
+    key, pool = (NS, Scope.QUEUE, "q"), (NS, Scope.POOL, "p")
+    assert pending_hint({key: row(Scope.QUEUE, "q", 1, 0, 2)}, q, young) == "scaling_up"
+    assert pending_hint({pool: row(Scope.POOL, "p", 0, 2, 2)}, q, young) == "pool_at_max"
+    assert pending_hint({pool: row(Scope.POOL, "p", 0, 1, 2)}, q, young) == "steal_delay"
+    old = msgspec.structs.replace(young, oldest_pending_age_s=6.0)
+    assert pending_hint({}, q, old) is None

@@ -98,6 +98,13 @@ class Bench:
     async def depth(self, queue: str) -> int:
         return (await self.js.stream_info(subjects.queue_stream(NS, queue))).state.messages
 
+    async def drained(self, queue: str) -> None:
+        """Wait until the queue's stream is empty: an outcome's event is stored before the
+        daemon acks or terms the message, so the depth trails the event a moment."""
+        async with asyncio.timeout(WAIT_S):
+            while await self.depth(queue):
+                await asyncio.sleep(0.01)
+
 
 class InProcess:
     """One ``run_daemon`` task and its stop event."""

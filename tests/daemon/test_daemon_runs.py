@@ -22,7 +22,7 @@ async def test_a_function_runs_and_its_result_is_stored(bench, daemons):
     ]
     result = await bench.result(inv_id, 1)
     assert result.ok and result.value == 5 and result.epoch == 1
-    assert await bench.depth(q) == 0
+    await bench.drained(q)
     assert result.worker == daemon.id
     status, body = await bench.api.get(f"{J}/{inv_id}/result?wait_s=10")
     assert status == 200 and body["value"] == 5 and body["worker"] == daemon.id
@@ -86,7 +86,7 @@ async def test_failed_attempts_retry_with_backoff_then_fail_and_leave_the_stream
     assert gaps[0] >= 1.0 and gaps[1] >= 2.0
     result = await bench.result(inv_id, 3)
     assert not result.ok and result.epoch == 3 and result.error.type == "daemon_jobs.Boom"
-    assert await bench.depth(q) == 0
+    await bench.drained(q)
     await bench.job_state(inv_id, "failed")
     job = (await bench.api.get(f"{J}/{inv_id}"))[1]
     assert [a["outcome"] for a in job["attempts"]] == ["retrying", "retrying", "failed"]
