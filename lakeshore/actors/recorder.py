@@ -57,11 +57,19 @@ class WaitRecorded(Struct, frozen=True):
     seq: int
 
 
+class Knows(Struct, frozen=True):
+    """Answered with whether the invocation is in the Recorder's memory (every invocation
+    unfinished at start or seen since, within the LRU of finished ones): no store query."""
+
+    namespace: str
+    id: str
+
+
 class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
-RecorderMsg = WaitFinished | WaitRecorded | GetStats
+RecorderMsg = WaitFinished | WaitRecorded | Knows | GetStats
 
 
 class RecorderStats(Struct, frozen=True, kw_only=True):
@@ -160,6 +168,8 @@ class Recorder(Actor[RecorderMsg]):
                 else:
                     self._seq_waiters.append((seq, fut))
                 return fut
+            case Knows(namespace=ns, id=inv_id):
+                return (ns, inv_id) in self._unfinished or (ns, inv_id) in self._finished
             case GetStats():
                 return self._stats()
 

@@ -17,7 +17,7 @@ from msgspec import Struct
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue
-from lakeshore.actors.recorder import WaitFinished, WaitRecorded
+from lakeshore.actors.recorder import Knows, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import Scrub
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.http.auth import caller, namespace
@@ -94,8 +94,9 @@ async def result(request: web.Request) -> web.Response:
     try:
         record = None
         if not finished.done():
-            record = await _record(request, ns.name)  # 404 for an unknown id, before waiting
-            if record.job.state not in TERMINAL_STATES and wait_s > 0:
+            if not await _known(request, ns.name, job_id):
+                record = await _record(request, ns.name)  # 404 for an unknown id
+            if (record is None or record.job.state not in TERMINAL_STATES) and wait_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(finished), wait_s)
         # Fast path: the Recorder knows how a recent invocation ended and with which
@@ -153,6 +154,27 @@ async def cancel(request: web.Request) -> web.Response:
     raise Unavailable(f"the cancel of job {job.id!r} was sent but is not recorded yet")
 
 
+async def _known(request: web.Request, ns: str, job_id: str) -> bool:
+    """Whether the Recorder has the job in memory once it has read the events stream up to
+    now (a submit answers before its events are recorded): the hot path of a result wait
+    never queries the history."""
+    plane = request.app[PLANE]
+    if await plane.recorder.ask(Knows(ns, job_id)):
+        return True
+    await _catch_up(plane)
+    return await plane.recorder.ask(Knows(ns, job_id))
+
+
+async def _catch_up(plane) -> None:
+    _, last = await plane.events.progress()
+    recorded = await plane.recorder.ask(WaitRecorded(last))
+    try:
+        async with asyncio.timeout(CATCH_UP_S):
+            await recorded
+    except TimeoutError:
+        recorded.cancel()
+
+
 async def _record(request: web.Request, ns: str) -> JobRecord:
     job_id = request.match_info["id"]
     plane = request.app[PLANE]
@@ -160,13 +182,7 @@ async def _record(request: web.Request, ns: str) -> JobRecord:
     if record is None:
         # Read your writes: a submit answers before the Recorder has written its events, so
         # an unknown id waits (bounded) for the Recorder to catch up with the stream once.
-        _, last = await plane.events.progress()
-        recorded = await plane.recorder.ask(WaitRecorded(last))
-        try:
-            async with asyncio.timeout(CATCH_UP_S):
-                await recorded
-        except TimeoutError:
-            recorded.cancel()
+        await _catch_up(plane)
         record = await plane.store.get_job(ns, job_id)
     if record is None:
         raise NotFound(
