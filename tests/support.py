@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import itertools
+import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +15,7 @@ from typing import Any
 import aiohttp
 import msgspec
 import nats
+import pytest
 import pytest_asyncio
 
 from lakeshore.actors.workers import Beat, Register
@@ -188,3 +192,27 @@ async def register(control_plane: PlaneHandle):
         return worker
 
     return make
+
+
+@contextlib.asynccontextmanager
+async def daemon_process(
+    nats_url: str, queue: str, name: str, pythonpath: Path, log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``lakeshore daemon run`` on ``queue`` as a subprocess that can import from
+    ``pythonpath``; it must stop on SIGTERM within 30 s (else the test fails)."""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    argv = ["-m", "lakeshore.daemon", "--nats-url", nats_url, "--queue", queue, "--name", name]
+    with open(log, "wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, env=env, stdout=out, stderr=out
+        )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            pytest.fail(f"the daemon did not stop on SIGTERM:\n{log.read_text()}")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import msgspec
 import pytest
 from click.testing import CliRunner, Result
+from support import daemon_process
 
 from lakeshore.actors.recorder import WaitRecorded
 from lakeshore.bus import subjects
@@ -261,22 +260,10 @@ async def test_jobs_of_an_unknown_id_exit_1(cli):
 async def daemon(nats_server, queue, tmp_path) -> AsyncIterator[None]:
     """``lakeshore daemon run`` on the queue, as a subprocess (it can import ``udf_targets``)."""
     log = tmp_path / "daemon.log"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "sdk")}
-    argv = ["-m", "lakeshore.daemon", "--nats-url", nats_server.url, "--queue", queue]
-    with open(log, "wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, "--name", "cli-daemon", env=env, stdout=out, stderr=out
-        )
-    try:
+    async with daemon_process(
+        nats_server.url, queue, "cli-daemon", Path(__file__).parents[1] / "sdk", log
+    ):
         yield
-    finally:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            pytest.fail(f"the daemon did not stop on SIGTERM:\n{log.read_text()}")
 
 
 async def test_submit_wait_prints_the_commands_output(cli, queue, daemon):

@@ -19,6 +19,7 @@ import msgspec
 import pytest
 import udf_targets
 from aiohttp import web
+from support import daemon_process
 
 import lakeshore
 import lakeshore.sdk.udf as udf_module
@@ -307,24 +308,10 @@ def test_lakeshore_exports_the_sdk():
 
 @pytest.fixture
 async def daemon(nats_server, queue, tmp_path) -> AsyncIterator[None]:
-    """``lakeshore daemon run`` on the queue, as a subprocess that imports ``udf_targets``."""
+    """``lakeshore daemon run`` on the queue, as a subprocess (it can import ``udf_targets``)."""
     log = tmp_path / "daemon.log"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    argv = ["-m", "lakeshore.daemon", "--nats-url", nats_server.url, "--queue", queue]
-    with open(log, "wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, *argv, "--name", "sdk-daemon", env=env, stdout=out, stderr=out
-        )
-    try:
+    async with daemon_process(nats_server.url, queue, "sdk-daemon", Path(__file__).parent, log):
         yield
-    finally:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            pytest.fail(f"the daemon did not stop on SIGTERM:\n{log.read_text()}")
 
 
 async def test_result_returns_the_value(sdk, daemon):
