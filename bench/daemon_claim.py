@@ -60,6 +60,7 @@ async def time_daemon(url: str, client: Client, count: int, concurrency: int) ->
             done.set()
 
     await nc.subscribe(subjects.event_subject(NS, QUEUE), cb=on_events)
+    await nc.flush()  # the server has the subscription before the first event
     stop = asyncio.Event()
     ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
     settings = DaemonSettings(

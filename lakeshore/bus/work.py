@@ -30,7 +30,13 @@ from nats.js.kv import KeyValue
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import connect_nats
-from lakeshore.errors import ERRORS_BY_CODE, LakeshoreError, QueueNotFound, Unavailable
+from lakeshore.errors import (
+    ERRORS_BY_CODE,
+    LakeshoreError,
+    QueueNotFound,
+    TooLarge,
+    Unavailable,
+)
 from lakeshore.model import (
     PRIORITY_LEVELS,
     DaemonControl,
@@ -247,13 +253,21 @@ class WorkBus:
         """Store an attempt's result under ``<ns>.<id>.<epoch>`` in ``LS_RESULTS``.
 
         Raises:
+            TooLarge: the encoded result is over the server's ``max_payload`` (no retry of
+                the put can ever store it).
             Unavailable: the bucket does not exist yet, or the put was not stored.
         """
         key = subjects.result_key(namespace, invocation_id, epoch)
+        data = codec.encode(result)
         try:
             if self._kv is None:
                 self._kv = await self._js.key_value(subjects.RESULTS_BUCKET)
-            await self._kv.put(key, codec.encode(result))
+            await self._kv.put(key, data)
+        except nats.errors.MaxPayloadError as e:
+            raise TooLarge(
+                f"the result {key} is {len(data):,} bytes, over the NATS server's "
+                f"max_payload of {self._nc.max_payload:,} bytes"
+            ) from e
         except _NATS_ERRORS as e:
             raise Unavailable(f"cannot store the result {key}: {e!r}") from e
 

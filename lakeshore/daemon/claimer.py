@@ -4,22 +4,25 @@ Membership comes from the registry (the register answer, then every heartbeat re
 ``[]`` is the default queue. Queues are scanned round-robin, starting after the queue that
 last supplied work, so two busy queues alternate. Within a queue the levels go 9 → 0
 (fifo: 0 only), strictly: a lower level is pulled only for slots the higher ones could not
-fill. A queue's kind is learnt once per membership from its consumers (``p9`` exists only
-on priority queues) and forgotten when membership changes or the queue disappears.
+fill. Queues the controller leased to the daemon (steal grants) come after all of its
+own, until their lease ends. A queue's kind is learnt once per membership from its
+consumers (``p9`` exists only on priority queues) and forgotten when membership changes or
+the queue disappears.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import msgspec
 
 from lakeshore.bus import codec
 from lakeshore.bus.work import Msg, QueueLayout, Subscriptions, WorkBus
 from lakeshore.errors import LakeshoreError, QueueNotFound
-from lakeshore.model import DEFAULT_QUEUE, Invocation
+from lakeshore.model import DEFAULT_QUEUE, Invocation, now
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ class Claim:
     epoch: int
     #: the consumer's ack_wait: renew the claim well within it (seconds)
     ack_wait_s: float
+    #: from a queue leased by the controller, not one of the worker's own
+    stolen: bool = False
 
 
 class Claimer:
@@ -57,6 +62,7 @@ class Claimer:
         self._layouts: dict[str, QueueLayout] = {}
         self._missing: set[str] = set()
         self._next = 0
+        self._steal: dict[str, datetime] = {}
         self._nudges: Subscriptions | None = None
         self._unavailable = False
 
@@ -65,22 +71,35 @@ class Claimer:
         """The queues scanned now (the default queue for an empty membership)."""
         return list(self._queues)
 
-    async def set_membership(self, membership: list[str]) -> None:
-        """Scan these queues from now on (``[]``: the default queue); re-subscribe nudges.
+    async def set_membership(
+        self, membership: list[str], steal: Mapping[str, datetime] | None = None
+    ) -> None:
+        """Scan these queues from now on; re-subscribe nudges when the set changes.
+
+        Args:
+            membership: the worker's queues (``[]``: the default queue).
+            steal: queues leased by the controller, each until its time; pulled only for
+                slots the member queues leave free.
 
         Raises:
             Unavailable: the nudge subscriptions could not be made.
         """
         queues = list(dict.fromkeys(membership)) or [DEFAULT_QUEUE]
-        if queues == self._queues and self._nudges is not None:
+        leases = {q: until for q, until in (steal or {}).items() if q not in queues}
+        same = queues == self._queues and leases.keys() == self._steal.keys()
+        self._steal = leases  # a renewed lease only moves its ``until``
+        if same and self._nudges is not None:
             return
         log.info("pulling from %s", ", ".join(queues))
+        if leases:
+            shown = ", ".join(f"{q} until {t:%H:%M:%S}" for q, t in leases.items())
+            log.info("stealing from %s", shown)
         self._queues = queues
         self._layouts.clear()
         self._missing.clear()
         self._next = 0
         await self.close()
-        self._nudges = await self._bus.subscribe_nudges(self._ns, queues, self._nudged)
+        self._nudges = await self._bus.subscribe_nudges(self._ns, [*queues, *leases], self._nudged)
 
     def _nudged(self, queue: str) -> None:
         self._on_nudge()
@@ -105,10 +124,16 @@ class Claimer:
                 out += got
                 self._next = (start + i + 1) % n
             if len(out) >= slots:
-                break
+                return out
+        ts = now()
+        for queue, until in self._steal.items():
+            if until > ts:
+                out += await self._claim_queue(queue, slots - len(out), stolen=True)
+                if len(out) >= slots:
+                    break
         return out
 
-    async def _claim_queue(self, queue: str, slots: int) -> list[Claim]:
+    async def _claim_queue(self, queue: str, slots: int, stolen: bool = False) -> list[Claim]:
         out: list[Claim] = []
         try:
             layout = await self._layout(queue)
@@ -116,7 +141,7 @@ class Claimer:
                 return out
             for level in layout.levels:
                 for msg in await self._bus.claim(self._ns, queue, level, slots - len(out)):
-                    claim = await self._decode(msg, queue, level, layout)
+                    claim = await self._decode(msg, queue, level, layout, stolen)
                     if claim is not None:
                         out.append(claim)
                 if len(out) >= slots:
@@ -147,7 +172,9 @@ class Claimer:
                 self._layouts[queue] = layout
         return layout
 
-    async def _decode(self, msg: Msg, queue: str, level: int, layout: QueueLayout) -> Claim | None:
+    async def _decode(
+        self, msg: Msg, queue: str, level: int, layout: QueueLayout, stolen: bool
+    ) -> Claim | None:
         meta = msg.metadata
         try:
             inv = codec.decode(msg.data, Invocation)
@@ -170,4 +197,5 @@ class Claimer:
             seq=meta.sequence.stream,
             epoch=meta.num_delivered,
             ack_wait_s=layout.ack_wait_s,
+            stolen=stolen,
         )

@@ -15,8 +15,10 @@ claiming, naks what was claimed but not started, and lets the running jobs finis
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from msgspec import Struct
 
@@ -32,6 +34,8 @@ class Membership(Struct, frozen=True):
     """Pull from these queues from now on (``[]``: the default queue)."""
 
     queues: list[str]
+    #: queues leased by the controller, each until its time (after the daemon's own)
+    steal: dict[str, datetime] = {}
 
 
 class Cancel(Struct, frozen=True):
@@ -88,7 +92,10 @@ class Dispatcher:
         self._drain_timeout_s = drain_timeout_s
         self._inbox: list[Order] = []
         self._wake = asyncio.Event()
-        self._jobs: dict[tuple[str, int], Job] = {}
+        # Keyed by a serial, not by (queue, seq): a claim given back can be delivered here
+        # again before the job that gave it back has left the table.
+        self._jobs: dict[int, Job] = {}
+        self._serial = itertools.count()
         self._drain_deadline: float | None = None
         self._interrupted = False
         self._idle = asyncio.Event()
@@ -152,9 +159,9 @@ class Dispatcher:
 
     async def handle(self, order: Order) -> None:
         match order:
-            case Membership(queues=queues):
+            case Membership(queues=queues, steal=steal):
                 try:
-                    await self._claimer.set_membership(queues)
+                    await self._claimer.set_membership(queues, steal)
                 except LakeshoreError as e:
                     log.warning("membership %s not applied yet: %s", queues, e)
             case Cancel(invocation_id=inv_id):
@@ -184,13 +191,13 @@ class Dispatcher:
 
     def _start(self, runs: asyncio.TaskGroup, claim: Claim) -> None:
         job = Job(claim, self._ctx, on_ran=self._wake.set)
-        key = (claim.queue, claim.seq)
+        key = next(self._serial)
         self._jobs[key] = job
         self._idle.clear()
         task = runs.create_task(job.run(), name=f"job {job.id}")
         task.add_done_callback(lambda _: self._finished(key))
 
-    def _finished(self, key: tuple[str, int]) -> None:
+    def _finished(self, key: int) -> None:
         self._jobs.pop(key, None)
         if not self._jobs:
             self._idle.set()

@@ -1,7 +1,8 @@
 """Heartbeats: report status every ``heartbeat_s`` and apply what the registry answers.
 
 The reply is the daemon's source of membership (``queues``: ``[]`` is the default queue);
-a change becomes a :class:`~lakeshore.daemon.dispatcher.Membership` order, ``retire`` a
+a change (or a change of the controller's steal leases) becomes a
+:class:`~lakeshore.daemon.dispatcher.Membership` order, ``retire`` a
 :class:`~lakeshore.daemon.dispatcher.Retire`. ``unknown: true`` means the registry lost
 the worker's row (deleted, or a store reset): the daemon registers again under its id.
 A missed heartbeat is only logged: the daemon keeps working on the last membership.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -47,6 +49,7 @@ class Heartbeater:
         self._dispatcher = dispatcher
         self._every_s = every_s
         self._queues = list(worker.queues)
+        self._steal: dict[str, datetime] = {}
         self._failing = False
         self._beats = 0
         self._beat = asyncio.Condition()
@@ -114,10 +117,12 @@ class Heartbeater:
         if reply.unknown:
             await self._register_again()
             return
-        if reply.queues != self._queues:
-            log.info("membership changed: %s → %s", self._queues or "[]", reply.queues or "[]")
-            self._queues = list(reply.queues)
-            self._dispatcher.tell(Membership(self._queues))
+        steal = {g.queue: _aware(g.until) for g in reply.steal}
+        if reply.queues != self._queues or steal != self._steal:
+            if reply.queues != self._queues:
+                log.info("membership changed: %s → %s", self._queues or "[]", reply.queues or "[]")
+            self._queues, self._steal = list(reply.queues), steal
+            self._dispatcher.tell(Membership(self._queues, steal))
         if reply.retire:
             self._dispatcher.tell(Retire("the registry asked to retire"))
 
@@ -133,4 +138,9 @@ class Heartbeater:
         log.info("registered again as %s (%s)", self.worker.name, self.worker.id)
         if self.worker.queues != self._queues:
             self._queues = list(self.worker.queues)
-            self._dispatcher.tell(Membership(self._queues))
+            self._dispatcher.tell(Membership(self._queues, self._steal))
+
+
+def _aware(ts: datetime) -> datetime:
+    """A lease end without a zone is UTC (the control plane's clock)."""
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)

@@ -38,11 +38,12 @@ from lakeshore.daemon.policies import (
     within,
 )
 from lakeshore.daemon.runner import Capture, Outcome, Runner
-from lakeshore.errors import LakeshoreError
+from lakeshore.errors import LakeshoreError, TooLarge
 from lakeshore.model import EventType, InvocationEvent, RemoteError, Result, now
 
 log = logging.getLogger(__name__)
 
+_STOLEN = {False: "", True: " (stolen)"}
 #: Longest error message carried in an event; the full error is in the Result.
 EVENT_MESSAGE_CHARS = 1_000
 
@@ -67,12 +68,19 @@ class JobContext:
 
 
 class Job:
-    """Runs one claim from its ``claimed`` event to its final ack, nak or term."""
+    """Runs one claim from its ``claimed`` event to its final ack, nak or term.
+
+    Args:
+        claim: the delivered invocation.
+        ctx: what the daemon's jobs share.
+        on_ran: called once the run is over, before the claim is settled (the dispatcher
+            then frees the run slot).
+    """
 
     def __init__(self, claim: Claim, ctx: JobContext, on_ran: Callable[[], None]) -> None:
-        """Args: ``on_ran`` is called once the run is over (before the claim is settled)."""
         self.claim = claim
         self.id = claim.invocation.id
+        #: until the run is over (the claim may still be settling after that)
         self.running = True
         self._on_ran = on_ran
         self._ctx = ctx
@@ -90,8 +98,9 @@ class Job:
     async def run(self) -> None:
         """The whole lifecycle. Never raises except for its own task's cancellation."""
         c = self.claim
-        self._emit(EventType.CLAIMED, {"seq": c.seq, "level": c.level})
-        log.info("%s: claimed from %s/p%d", self._label, c.queue, c.level)
+        detail = {"seq": c.seq, "level": c.level, **({"stolen": True} if c.stolen else {})}
+        self._emit(EventType.CLAIMED, detail)
+        log.info("%s: claimed from %s/p%d%s", self._label, c.queue, c.level, _STOLEN[c.stolen])
         try:
             try:
                 outcome = await self._execute()
@@ -150,9 +159,10 @@ class Job:
         if outcome.ok:
             try:
                 await self._put_result(outcome)
-            except LakeshoreError as e:
-                # E.g. a value over NATS' max payload: retrying the put would never work.
-                error = RemoteError(type="lakeshore.ResultNotStored", message=str(e))
+            except TooLarge as e:
+                # No retry of the put can store it: the attempt fails. (Any other failure
+                # leaves the claim unsettled, for JetStream to redeliver after ack_wait.)
+                error = RemoteError(type="lakeshore.ResultTooLarge", message=str(e))
                 outcome = Outcome(ok=False, error=error, exit_code=outcome.exit_code)
             else:
                 await self._record(EventType.SUCCEEDED, self._detail(outcome))

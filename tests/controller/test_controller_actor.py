@@ -173,11 +173,13 @@ async def test_fully_elastic_scales_from_zero_to_the_backlog_and_back_to_zero(be
     launched = await bench.wait_managed("fe", 3)
     unit = await bench.wait_unit("fe", desired=3, actual=3)
     assert unit["policy"] == "fully_elastic 0..3"
-    [decision] = await bench.events("fe", "scale.decision")
-    assert decision.detail["decision"] == "launch" and decision.detail["count"] == 3
-    assert decision.detail["inputs"]["pending"] == 6 and "→ desired 3" in decision.detail["reason"]
-    [up] = await bench.events("fe", "scaled_up")
-    assert sorted(up.detail["ids"]) == sorted(w.id for w in launched)
+    # One decision, unless a tick read the batch half-published (then the rest next tick).
+    decisions = await bench.events("fe", "scale.decision")
+    assert [d.detail["decision"] for d in decisions] == ["launch"] * len(decisions)
+    assert sum(d.detail["count"] for d in decisions) == 3
+    assert "→ desired 3" in decisions[-1].detail["reason"]
+    ups = await bench.events("fe", "scaled_up")
+    assert sorted(i for e in ups for i in e.detail["ids"]) == sorted(w.id for w in launched)
 
     bench.release()
     await bench.wait_managed("fe", 3, GONE)
@@ -217,7 +219,7 @@ async def test_burst_adds_daemons_only_after_burst_after_s(bench):
 
     extra = await bench.wait_managed("bu", 2)
     assert all((w.started_at - submitted).total_seconds() >= 1.0 for w in extra)
-    [decision] = await bench.events("bu", "scale.decision")
+    decision, *_ = await bench.events("bu", "scale.decision")
     inputs = decision.detail["inputs"]
     assert inputs["oldest_pending_age_s"] >= 1.0 and inputs["hand"] == 1
     assert "bursting" in decision.detail["reason"]

@@ -45,3 +45,7 @@ def hang_first_time(marker: str) -> str:
     path.touch()
     RELEASE.wait(60)
     return "first run"
+
+
+def big(size: int) -> str:
+    return "x" * size

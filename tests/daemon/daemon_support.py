@@ -277,3 +277,18 @@ async def wait_gone(pid: int, timeout_s: float = 5.0) -> None:
     async with asyncio.timeout(timeout_s):
         while alive(pid):
             await asyncio.sleep(0.02)
+
+
+async def wait_exists(path: Path, timeout_s: float = WAIT_S) -> None:
+    """Wait until a job has created ``path`` (in its own process or thread)."""
+    async with asyncio.timeout(timeout_s):
+        while not path.exists():
+            await asyncio.sleep(0.02)
+
+
+async def wait_pid(path: Path, timeout_s: float = WAIT_S) -> int:
+    """Wait until a command has written its pid and a newline to ``path``."""
+    async with asyncio.timeout(timeout_s):
+        while not (path.exists() and path.read_text().endswith("\n")):
+            await asyncio.sleep(0.02)
+    return int(path.read_text())

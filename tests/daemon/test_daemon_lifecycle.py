@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 import daemon_jobs
-from daemon_support import WAIT_S, J, W, command, fn, wait_gone
+from daemon_support import WAIT_S, J, W, command, fn, wait_gone, wait_pid
 
 from lakeshore.model import DaemonControl, EventType, WorkerStatus
 
@@ -16,11 +16,12 @@ async def test_cancel_through_the_api_kills_a_running_command(bench, daemons, tm
     daemon = await daemons.start("solo", queues=[q])
     pid_file = tmp_path / "pid"
     [inv_id] = await bench.submit(q, command("sh", "-c", f"echo $$ > {pid_file}; exec sleep 30"))
+    pid = await wait_pid(pid_file)
     await bench.job_state(inv_id, "running")
     status, _ = await bench.api.post(f"{J}/{inv_id}/cancel")
     assert status == 202
     assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
-    await wait_gone(int(pid_file.read_text()))
+    await wait_gone(pid)
     await bench.job_state(inv_id, "cancelled")
     await bench.drained(q)
     async with asyncio.timeout(WAIT_S):
@@ -74,3 +75,17 @@ async def test_a_run_past_the_drain_timeout_is_interrupted_and_returned(bench, d
     assert started[-1].worker == successor.id and started[-1].epoch == 2
     await bench.control(successor.id, DaemonControl(cancel=inv_id))
     assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
+
+
+async def test_a_daemon_the_registry_forgot_registers_again_under_its_id(
+    bench, daemons, control_plane, plane_factory
+):
+    daemon = await daemons.start("survivor")
+    await control_plane.stop()
+    successor = await plane_factory()  # a new store: the worker is unknown there
+    async with asyncio.timeout(WAIT_S):
+        await daemon.running.heartbeater.wait_beats(2)
+    async with successor.client() as api:
+        status, body = await api.get(f"{W}/{daemon.id}")
+    assert status == 200 and body["name"] == "survivor"
+    assert body["status"] in (WorkerStatus.IDLE, WorkerStatus.BUSY)

@@ -6,7 +6,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from daemon_support import NS, WAIT_S, J, W, command, fn
+from daemon_support import NS, WAIT_S, J, W, command, fn, wait_exists
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from lakeshore.bus import subjects
@@ -45,8 +45,10 @@ async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
         ),
     )
     victim = await processes.start("victim", "--queue", q)
-    [inv_id] = await bench.submit(q, fn("hang_first_time", str(tmp_path / "marker")))
+    marker = tmp_path / "marker"
+    [inv_id] = await bench.submit(q, fn("hang_first_time", str(marker)))
     [first] = await bench.events.wait_count(EventType.STARTED, 1, queue=q)
+    await wait_exists(marker)  # the first run is under way, not just announced
     victim.proc.send_signal(signal.SIGKILL)
     assert await victim.wait() == -signal.SIGKILL
     heir = await daemons.start("heir", queues=[q])

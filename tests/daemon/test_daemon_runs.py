@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon_support import J, command, fn, wait_gone
+from daemon_support import J, command, fn, wait_gone, wait_pid
 
 from lakeshore.model import EventType
 
@@ -99,10 +99,21 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(
     await daemons.start("solo", queues=[q])
     pids = tmp_path / "pids"
     script = f"sleep 30 & echo $! > {pids}; echo started; wait"
-    [inv_id] = await bench.submit(q, command("sh", "-c", script, timeout_s=0.5))
+    [inv_id] = await bench.submit(q, command("sh", "-c", script, timeout_s=1.5))
+    sleeper = await wait_pid(pids)
     assert await bench.events.wait_final(inv_id) is EventType.FAILED
     result = await bench.result(inv_id, 1)
     assert result.error.type == "builtins.TimeoutError"
-    assert "timeout_s=0.5" in result.error.message
+    assert "timeout_s=1.5" in result.error.message
     assert result.exit_code == -9 and result.output == "started\n"
-    await wait_gone(int(pids.read_text()))
+    await wait_gone(sleeper)
+
+
+async def test_a_result_over_the_nats_max_payload_fails_the_attempt(bench, daemons):
+    q = await bench.queue("runs-big")
+    await daemons.start("solo", queues=[q])
+    [inv_id] = await bench.submit(q, fn("big", 2_000_000))
+    assert await bench.events.wait_final(inv_id) is EventType.FAILED
+    error = (await bench.result(inv_id, 1)).error
+    assert error.type == "lakeshore.ResultTooLarge" and "max_payload" in error.message
+    assert await bench.depth(q) == 0
