@@ -36,8 +36,16 @@ async def server() -> AsyncIterator[Server]:
     with tempfile.TemporaryDirectory(prefix="ls-bench-") as tmp:
         data = Path(tmp) / "data"
         proc = await asyncio.create_subprocess_exec(
-            LAKESHORE, "server", "--data-dir", str(data), "--port", "0", "--nats-port", "0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            LAKESHORE,
+            "server",
+            "--data-dir",
+            str(data),
+            "--port",
+            "0",
+            "--nats-port",
+            "0",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         assert proc.stdout is not None
         api = nats_url = ""
@@ -74,9 +82,22 @@ async def daemons(
     env = {**os.environ, "PYTHONPATH": str(BENCH_DIR)}
     procs = [
         await asyncio.create_subprocess_exec(
-            LAKESHORE, "daemon", "run", "--nats-url", srv.nats_url, "--queue", queue,
-            "--name", f"bench-{i}", "--concurrency", str(concurrency), "--log-level", "WARNING",
-            env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            LAKESHORE,
+            "daemon",
+            "run",
+            "--nats-url",
+            srv.nats_url,
+            "--queue",
+            queue,
+            "--name",
+            f"bench-{i}",
+            "--concurrency",
+            str(concurrency),
+            "--log-level",
+            "WARNING",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
         )
         for i in range(count)
     ]

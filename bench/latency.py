@@ -48,8 +48,9 @@ async def raw_latencies(n: int) -> list[float]:
     async with server() as srv:
         nc = await nats.connect(srv.nats_url)
         js = nc.jetstream()
-        await js.add_stream(StreamConfig(name="RAWLAT", subjects=["rawlat.>"],
-                                         retention=RetentionPolicy.WORK_QUEUE))
+        await js.add_stream(
+            StreamConfig(name="RAWLAT", subjects=["rawlat.>"], retention=RetentionPolicy.WORK_QUEUE)
+        )
         sub = await js.pull_subscribe("rawlat.x", durable="w", stream="RAWLAT")
         done = await nc.subscribe("rawlat.done")
 
@@ -82,9 +83,13 @@ async def main() -> None:
     args = p.parse_args()
     raw = await raw_latencies(args.n)
     ours = await lakeshore_latencies(args.n)
-    print(f"raw nats-py JetStream round trip: p50 {_pct(raw, 50):.2f} ms, p99 {_pct(raw, 99):.2f} ms")
-    print(f"lakeshore submit -> result:       p50 {_pct(ours, 50):.2f} ms, "
-          f"p99 {_pct(ours, 99):.2f} ms (target p50 <= 2, p99 <= 5)")
+    print(
+        f"raw nats-py JetStream round trip: p50 {_pct(raw, 50):.2f} ms, p99 {_pct(raw, 99):.2f} ms"
+    )
+    print(
+        f"lakeshore submit -> result:       p50 {_pct(ours, 50):.2f} ms, "
+        f"p99 {_pct(ours, 99):.2f} ms (target p50 <= 2, p99 <= 5)"
+    )
 
 
 if __name__ == "__main__":

@@ -63,13 +63,15 @@ async def raw_rate(n: int) -> float:
     async with server() as srv:
         nc = await nats.connect(srv.nats_url)
         js = nc.jetstream()
-        await js.add_stream(StreamConfig(name="RAW", subjects=["raw.>"],
-                                         retention=RetentionPolicy.WORK_QUEUE))
+        await js.add_stream(
+            StreamConfig(name="RAW", subjects=["raw.>"], retention=RetentionPolicy.WORK_QUEUE)
+        )
         await js.add_consumer("RAW", durable_name="w", ack_wait=60, max_ack_pending=20_000)
         ctx = mp.get_context("spawn")
         counter, ready = ctx.Value("i", 0), [ctx.Event(), ctx.Event()]
-        workers = [ctx.Process(target=_raw_worker, args=(srv.nats_url, n, counter, r))
-                   for r in ready]
+        workers = [
+            ctx.Process(target=_raw_worker, args=(srv.nats_url, n, counter, r)) for r in ready
+        ]
         for w in workers:
             w.start()
         # Time the work, not the start-up of the worker processes.
@@ -77,8 +79,12 @@ async def raw_rate(n: int) -> float:
             await asyncio.sleep(0.01)
         start = time.perf_counter()
         for i in range(0, n, 500):
-            await asyncio.gather(*(js.publish("raw.x", b"%d" % j, headers={"Nats-Msg-Id": str(j)})
-                                   for j in range(i, min(n, i + 500))))
+            await asyncio.gather(
+                *(
+                    js.publish("raw.x", b"%d" % j, headers={"Nats-Msg-Id": str(j)})
+                    for j in range(i, min(n, i + 500))
+                )
+            )
         while counter.value < n:
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - start
