@@ -270,7 +270,11 @@ class NatsBus:
             if msg.reply:
                 await msg.respond(reply)
 
-        return await self._nc.subscribe(subject, cb=on_msg, pending_msgs_limit=65536)
+        sub = await self._nc.subscribe(subject, cb=on_msg, pending_msgs_limit=65536)
+        # Once this returns the server routes requests here: a daemon registering the moment
+        # the control plane is up must not get "no responders".
+        await self._nc.flush()
+        return sub
 
     def _errors(self, what: str) -> _NatsErrors:
         return _NatsErrors(what)
