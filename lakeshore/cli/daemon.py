@@ -132,8 +132,15 @@ def launch(
     async def go(client: Client, fmt: str) -> None:
         call = client.daemons_launch(body)
         raw = await call.body()
-        output.emit(fmt, raw, lambda: _launched(call.decode(raw)))
-        await wait_registered(client, call.decode(raw).workers, timeout_s)
+        launched = call.decode(raw).workers
+        if fmt != "table":
+            output.emit(fmt, raw, lambda: _launched(call.decode(raw)))
+        await wait_registered(client, launched, timeout_s)
+        if fmt == "table":
+            # A table shows the daemons as they are now (idle), not as they were launched.
+            ids = {w.id for w in launched}
+            now = [w for w in await client.workers_ls() if w.id in ids]
+            click.echo(_launched(Launched(workers=now)))
 
     _with_client(go)
 

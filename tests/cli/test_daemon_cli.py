@@ -62,10 +62,9 @@ async def test_launch_wait_returns_once_every_daemon_has_registered(cli, control
     )  # fmt: skip
     table = rows(result.stdout)
     assert table[0][:3] == ["NAME", "ID", "STATUS"]
-    assert [(r[0], r[2], r[3]) for r in table[1:]] == [
-        ("prep-00", "starting", "[q]"),
-        ("prep-01", "starting", "[q]"),
-    ]
+    # The table shows the daemons once registered, not as they were launched.
+    assert [(r[0], r[3]) for r in table[1:]] == [("prep-00", "[q]"), ("prep-01", "[q]")]
+    assert {r[2] for r in table[1:]} <= {"idle", "busy"}
     progress = result.stderr.strip().splitlines()
     assert progress[-1].startswith("2/2 registered (")
     assert all(line.split()[0].endswith("/2") for line in progress)
