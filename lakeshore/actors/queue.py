@@ -16,7 +16,7 @@ from lakeshore import elasticity
 from lakeshore.actors import admission
 from lakeshore.actors.admission import IdempotencyKeys
 from lakeshore.actors.base import Actor, ActorRef
-from lakeshore.actors.workers import Scrub
+from lakeshore.actors.workers import Members, Scrub
 from lakeshore.bus.nats import NatsBus
 from lakeshore.errors import ImmutableField, Invalid, QueueHasMembers, ReservedName, WrongState
 from lakeshore.model import (
@@ -188,7 +188,7 @@ class QueueActor(Actor[QueueMsg]):
     async def _warnings(self, row: Queue) -> list[str]:
         if row.elasticity.kind is not ElasticityKind.FIXED:
             return []
-        members = await self._workers.ask(Scrub(self._ns, row.name, dry_run=True))
+        members = await self._workers.ask(Members(self._ns, row.name))
         if any(w.status is not WorkerStatus.LOST for w in members):
             return []
         return [
@@ -259,7 +259,8 @@ class QueueActor(Actor[QueueMsg]):
         assert old is not None
         if old.name == DEFAULT_QUEUE:
             raise ReservedName(old.name, "deleted")
-        members = await self._workers.ask(Scrub(self._ns, old.name, dry_run=not force))
+        ask = Scrub if force else Members
+        members = await self._workers.ask(ask(self._ns, old.name))
         if members and not force:
             raise QueueHasMembers(old.name, [w.name for w in members])
         await self._bus.delete_queue(self._ns, old.name)

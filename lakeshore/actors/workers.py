@@ -53,12 +53,18 @@ class EditQueues(Struct, frozen=True):
     actor: str | None
 
 
-class Scrub(Struct, frozen=True):
-    """Remove a queue from every ``Worker.queues`` (or, dry run, list its members)."""
+class Members(Struct, frozen=True):
+    """The workers pulling from a queue now (not stopped; lost ones may come back)."""
 
     namespace: str
     queue: str
-    dry_run: bool = False
+
+
+class Scrub(Struct, frozen=True):
+    """Remove a queue from every ``Worker.queues``; answers the workers changed."""
+
+    namespace: str
+    queue: str
 
 
 class Retire(Struct, frozen=True):
@@ -122,7 +128,8 @@ class Exited(Struct, frozen=True):
 
 
 WorkerMsg = (
-    Register
+    Members
+    | Register
     | Beat
     | EditQueues
     | Scrub
@@ -184,7 +191,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._beat(hb)
             case EditQueues():
                 return await self._edit(msg)
-            case Scrub(namespace=ns, queue=queue, dry_run=True):
+            case Members(namespace=ns, queue=queue):
                 return [w for w in self._in(ns) if is_member(w, queue)]
             case Scrub(namespace=ns, queue=queue):
                 scrubbed = await self._store.scrub_queue_from_workers(ns, queue)

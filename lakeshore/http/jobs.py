@@ -18,7 +18,7 @@ from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue
 from lakeshore.actors.recorder import Knows, WaitFinished, WaitRecorded
-from lakeshore.actors.workers import Scrub
+from lakeshore.actors.workers import Members
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, reply
@@ -234,7 +234,7 @@ async def _pending_reason(request: web.Request, ns: str, queue: str) -> str:
     member can take it), ``no_members``, ``all_members_busy``, ``draining``,
     ``archived``, else ``queued``."""
     plane = request.app[PLANE]
-    members = await plane.workers.ask(Scrub(ns, queue, dry_run=True))
+    members = await plane.workers.ask(Members(ns, queue))
     serving = [w for w in members if w.status in _SERVING]
     if not serving or all(w.status is WorkerStatus.BUSY for w in serving):
         try:

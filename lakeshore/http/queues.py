@@ -11,7 +11,7 @@ from msgspec import Struct
 
 from lakeshore.actors.directory import CreateQueue, EnsureDefault, Lookup, RemoveQueue
 from lakeshore.actors.queue import GetQueue, PatchQueue, Transition, levels_of
-from lakeshore.actors.workers import Scrub
+from lakeshore.actors.workers import Members
 from lakeshore.errors import Invalid
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
@@ -93,7 +93,7 @@ def _state_filter(raw: str | None) -> QueueState | None:
 async def show(request: web.Request) -> web.Response:
     ns, ref = await _queue_ref(request)
     row: Queue = await ref.ask(GetQueue())
-    members = await request.app[PLANE].workers.ask(Scrub(ns.name, row.name, dry_run=True))
+    members = await request.app[PLANE].workers.ask(Members(ns.name, row.name))
     detail = QueueDetail(
         **msgspec.structs.asdict(row),
         members=[
@@ -195,7 +195,7 @@ async def stats(request: web.Request) -> web.Response:
     ns, ref = await _queue_ref(request)
     plane = request.app[PLANE]
     row: Queue = await ref.ask(GetQueue())
-    members = await plane.workers.ask(Scrub(ns.name, row.name, dry_run=True))
+    members = await plane.workers.ask(Members(ns.name, row.name))
     live = [w for w in members if w.status is not WorkerStatus.LOST]
     busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
     counts = await plane.bus.queue_counts(ns.name, row.name, levels=levels_of(row.kind))
