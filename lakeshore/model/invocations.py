@@ -194,7 +194,8 @@ class Job(Struct, frozen=True, kw_only=True):
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    #: pending only: no_members, all_members_busy, draining, archived, queued
+    #: pending only: no_members, all_members_busy, scaling_up, pool_at_max, steal_delay,
+    #: draining, archived, queued
     pending_reason: str | None = None
     #: pending only: how many pending invocations of the queue are ahead of this one
     position: int | None = None
