@@ -12,7 +12,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 
-from lakeshore.errors import Forbidden, NamespaceNotFound, Unauthorized
+from lakeshore.errors import AlreadyExists, Forbidden, NamespaceNotFound, Unauthorized
 from lakeshore.model import Namespace, Token, TokenCreated, now, validate_name
 from lakeshore.store import Store
 
@@ -87,6 +87,24 @@ class Access:
         self._namespaces[ns.name] = ns
         log.info("namespace %s created in org %s", name, org)
         return ns
+
+    async def namespace_or_create(self, caller: Caller, name: str) -> Namespace:
+        """``name`` once ``caller`` may act on it; an unknown one is created in the caller's
+        org first (the provider routes' contract, unlike the queue routes' 404)."""
+        if await self.namespace(name) is None:
+            try:
+                await self.create_namespace(name, visible_org(caller, None))
+            except AlreadyExists:
+                pass  # created by a concurrent request: authorised against that one below
+        return await self.authorize(caller, name)
+
+    async def list_namespaces(self, org: str | None) -> list[Namespace]:
+        """The namespaces of ``org`` (``None``: every org), by name."""
+        return await self._store.list_namespaces(org)
+
+    async def list_tokens(self, namespace: str | None) -> list[Token]:
+        """Live tokens of ``namespace`` (``None``: the admin tokens), oldest first."""
+        return await self._store.list_tokens(namespace)
 
     async def namespace(self, name: str) -> Namespace | None:
         ns = self._namespaces.get(name)

@@ -1,7 +1,7 @@
 """The control plane's NATS front door: register, heartbeat and the SDK's submit fast path.
 
-Like the HTTP layer it is thin: decode, check, ask the owning actor, encode the answer (or
-an ``ErrorBody``). Daemons are trusted by being on the NATS network; a fast-path submit
+Like the HTTP layer it is thin: decode, check, call the service HTTP calls too, encode the
+answer (or an ``ErrorBody``). Daemons are trusted by being on the NATS network; a fast-path submit
 carries the same bearer token as HTTP.
 """
 
@@ -9,36 +9,43 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from lakeshore.actors.directory import Lookup
-from lakeshore.actors.queue import Submit
-from lakeshore.actors.workers import Beat, Register
+from lakeshore.access import Access
 from lakeshore.bus import codec, subjects
+from lakeshore.bus.nats import NatsBus
 from lakeshore.errors import Internal, Invalid, LakeshoreError, NamespaceNotFound
 from lakeshore.model import ErrorBody, ErrorDetail, FastSubmit, Heartbeat, WorkerRegister
-
-if TYPE_CHECKING:
-    from lakeshore.plane import ControlPlane
+from lakeshore.services import FleetService, JobService
 
 log = logging.getLogger(__name__)
 
 
 class Gateway:
-    def __init__(self, plane: ControlPlane) -> None:
-        self._plane = plane
+    """Answers the control plane's NATS subjects with the services HTTP also calls.
+
+    Args:
+        bus: where it subscribes (the control plane's connection).
+        access: who may act on what.
+        jobs: the submit workflow.
+        fleet: worker registration and heartbeats.
+    """
+
+    def __init__(
+        self, bus: NatsBus, *, access: Access, jobs: JobService, fleet: FleetService
+    ) -> None:
+        self._bus, self._access, self._jobs, self._fleet = bus, access, jobs, fleet
         self._subs: list[Any] = []
 
     async def start(self) -> None:
-        bus = self._plane.bus
         for subject, handler in (
             (subjects.register_wildcard(), self._register),
             (subjects.heartbeat_wildcard(), self._heartbeat),
             (subjects.submit_wildcard(), self._submit),
         ):
-            self._subs.append(await bus.respond(subject, _answering(handler)))
+            self._subs.append(await self._bus.respond(subject, _answering(handler)))
 
     async def stop(self) -> None:
         for sub in self._subs:
@@ -50,23 +57,20 @@ class Gateway:
         reg = codec.decode(data, WorkerRegister)
         if reg.namespace != ns:
             raise Invalid(f"register on {subject} names namespace {reg.namespace!r}")
-        if await self._plane.access.namespace(ns) is None:
+        if await self._access.namespace(ns) is None:
             raise NamespaceNotFound(ns)
-        return await self._plane.workers.ask(Register(reg))
+        return await self._fleet.register(reg)
 
     async def _heartbeat(self, subject: str, data: bytes) -> Any:
-        return await self._plane.workers.ask(Beat(codec.decode(data, Heartbeat)))
+        return await self._fleet.heartbeat(codec.decode(data, Heartbeat))
 
     async def _submit(self, subject: str, data: bytes) -> Any:
         _, ns, _, queue = subject.split(".")
         body = codec.decode(data, FastSubmit)
-        plane = self._plane
-        caller = await plane.access.identify(f"Bearer {body.token}")
-        await plane.access.authorize(caller, ns)
-        ref = await plane.directory.ask(Lookup(ns, queue))
-        return await ref.ask(
-            Submit(body.invocations, caller.token_id, body.wait_s),
-            timeout_s=body.wait_s + plane.settings.ask_timeout_s,
+        caller = await self._access.identify(f"Bearer {body.token}")
+        await self._access.authorize(caller, ns)
+        return await self._jobs.submit(
+            ns, queue, body.invocations, actor=caller.token_id, wait_s=body.wait_s
         )
 
 

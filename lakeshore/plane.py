@@ -1,13 +1,17 @@
-"""The control plane's composition root: settings → NATS → store → actors → HTTP.
+"""The control plane's composition root: settings → NATS → store → actors → services → doors.
 
-:meth:`ControlPlane.start` builds every piece once and passes each down explicitly;
-:meth:`ControlPlane.stop` takes them down in the reverse order, each within a bound.
-Restart is normal: every actor is rebuilt from DuckDB and every stream re-ensured.
+:meth:`ControlPlane.start` builds every piece once, passes each down explicitly, and
+registers how to take it down as it goes; :meth:`ControlPlane.stop` unwinds that in
+reverse, each step within a bound. The HTTP app and the NATS gateway get the
+:class:`~lakeshore.services.Services`, never the plane. Restart is normal: every actor is
+rebuilt from DuckDB and every stream re-ensured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +34,8 @@ from lakeshore.errors import LakeshoreError
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
 from lakeshore.model import ProviderKind, TokenCreated
-from lakeshore.providers import ExternalProvider, LocalProvider
-from lakeshore.providers import Provider as Backend
+from lakeshore.providers import Backend, ExternalProvider, LocalProvider
+from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -47,94 +51,142 @@ def controller_settings(settings: ServerSettings) -> ControllerSettings:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Everything a started control plane runs (for the plane itself, and for tests that
+    look behind the API)."""
+
+    bus: NatsBus
+    events: EventFeed
+    store: Store
+    access: Access
+    runtime: Runtime
+    recorder: ActorRef[Any]
+    workers: ActorRef[Any]
+    launcher: ActorRef[Any]
+    controller: ActorRef[Any]
+    directory: ActorRef[Any]
+    #: the launcher's backends, one per provider kind
+    providers: dict[ProviderKind, Backend]
+    services: Services
+
+
 class ControlPlane:
     """Everything ``lakeshore server`` runs, in one process."""
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.data_dir = Path(settings.data_dir)
-        self.nats: NatsServer | None = None
         self.nats_url = settings.nats_url or ""
-        self.bus: NatsBus
-        self.store: Store
-        self.runtime = Runtime(ask_timeout_s=settings.ask_timeout_s)
-        self.workers: ActorRef[Any]
-        self.events: EventFeed
-        self.recorder: ActorRef[Any]
-        self.directory: ActorRef[Any]
-        self.launcher: ActorRef[Any]
-        self.controller: ActorRef[Any]
-        #: the launcher's backends, one per provider kind; closed first by stop()
-        self.providers: dict[ProviderKind, Backend] = {}
-        self.access: Access
         self.admin_token: TokenCreated | None = None
-        self.gateway: Gateway | None = None
-        self._runner: web.AppRunner | None = None
         self.api = ""
+        self._stack = contextlib.AsyncExitStack()
+        self._parts: Parts | None = None
+
+    @property
+    def parts(self) -> Parts:
+        if self._parts is None:
+            raise RuntimeError("the control plane is not started")
+        return self._parts
 
     async def start(self) -> None:
-        """Start NATS (embedded unless ``nats_url``), open the store, spawn the actors."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        """Start NATS (embedded unless ``nats_url``), open the store, spawn the actors.
+
+        On failure, whatever was started is stopped again before the error propagates.
+        """
         try:
-            if not self.settings.nats_url:
-                self.nats = NatsServer(
-                    self.data_dir / "nats",
-                    port=self.settings.nats_port,
-                    server_name="lakeshore-embedded",
-                )
-                await self.nats.start()
-                self.nats_url = self.nats.url
-            self.bus = await NatsBus.connect(
-                self.nats_url, replicas=self.settings.replicas, ack_wait_s=self.settings.ack_wait_s
-            )
-            self.store = await open_store(self.data_dir / "lakeshore.duckdb")
-            self.access = Access(self.store)
-            self.admin_token = await self.access.bootstrap()
-            # The events stream must exist before any queue actor publishes to it.
-            self.events = EventFeed(self.bus.nc, replicas=self.settings.replicas)
-            await self.events.ensure()
-            self.recorder = await self.runtime.spawn(Recorder(self.store, self.events))
-            self.workers = await self.runtime.spawn(
-                WorkerRegistry(self.store, lost_after_s=self.settings.lost_after_s)
-            )
-            self.runtime.every(self.settings.heartbeat_s, self.workers, Sweep())
-            self.providers = {
-                ProviderKind.LOCAL: LocalProvider(
-                    self.data_dir / "daemons",
-                    exit_reporter(self.workers),
-                    heartbeat_s=self.settings.heartbeat_s,
-                ),
-                ProviderKind.EXTERNAL: ExternalProvider(),
-            }
-            self.launcher = await self.runtime.spawn(
-                Launcher(self.store, self.workers, self.providers, nats_url=self.nats_url)
-            )
-            self.controller = await self.runtime.spawn(
-                ControllerActor(
-                    store=self.store,
-                    bus=self.bus,
-                    workers=self.workers,
-                    launcher=self.launcher,
-                    settings=controller_settings(self.settings),
-                )
-            )
-            self.runtime.every(self.settings.tick_s, self.controller, Tick())
-            self.directory = await self.runtime.spawn(
-                QueueDirectory(self.runtime, store=self.store, bus=self.bus, workers=self.workers)
-            )
-            self.gateway = Gateway(self)
-            await self.gateway.start()
+            self._parts = await self._build(self._stack)
         except BaseException:
             await self.stop()
             raise
 
+    async def _build(self, stack: contextlib.AsyncExitStack) -> Parts:
+        settings = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not settings.nats_url:
+            nats = NatsServer(
+                self.data_dir / "nats", port=settings.nats_port, server_name="lakeshore-embedded"
+            )
+            await nats.start()
+            stack.push_async_callback(nats.stop)
+            self.nats_url = nats.url
+        bus = await NatsBus.connect(
+            self.nats_url, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
+        )
+        stack.push_async_callback(bus.close)
+        store = await open_store(self.data_dir / "lakeshore.duckdb")
+        stack.push_async_callback(store.close)
+        gate = Access(store)
+        self.admin_token = await gate.bootstrap()
+        # The events stream must exist before any queue actor publishes to it.
+        events = EventFeed(bus.nc, replicas=settings.replicas)
+        await events.ensure()
+        runtime = Runtime(ask_timeout_s=settings.ask_timeout_s)
+        stack.push_async_callback(runtime.shutdown)
+        recorder = await runtime.spawn(Recorder(store, events))
+        workers = await runtime.spawn(WorkerRegistry(store, lost_after_s=settings.lost_after_s))
+        runtime.every(settings.heartbeat_s, workers, Sweep())
+        providers: dict[ProviderKind, Backend] = {
+            ProviderKind.LOCAL: LocalProvider(
+                self.data_dir / "daemons", exit_reporter(workers), heartbeat_s=settings.heartbeat_s
+            ),
+            ProviderKind.EXTERNAL: ExternalProvider(),
+        }
+        launcher = await runtime.spawn(Launcher(store, workers, providers, nats_url=self.nats_url))
+        controller = await runtime.spawn(
+            ControllerActor(
+                store=store,
+                bus=bus,
+                workers=workers,
+                launcher=launcher,
+                settings=controller_settings(settings),
+            )
+        )
+        runtime.every(settings.tick_s, controller, Tick())
+        directory = await runtime.spawn(
+            QueueDirectory(runtime, store=store, bus=bus, workers=workers)
+        )
+        services = Services(
+            access=gate,
+            jobs=JobService(
+                store=store,
+                results=events,
+                bus=bus,
+                directory=directory,
+                workers=workers,
+                controller=controller,
+                recorder=recorder,
+                ask_timeout_s=settings.ask_timeout_s,
+            ),
+            queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
+            fleet=FleetService(
+                store=store, bus=bus, workers=workers, launcher=launcher, controller=controller
+            ),
+            connected=lambda: bus.connected,
+        )
+        gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
+        await gateway.start()
+        # Unwound in reverse: the controller decides nothing more (it would replace the
+        # daemons stopped next), then the daemons started here stop while the gateway still
+        # records their last heartbeat (``stopped``), then the gateway, the actors, the bus.
+        stack.push_async_callback(gateway.stop)
+        for backend in providers.values():
+            stack.push_async_callback(backend.close)
+        stack.push_async_callback(_halt, controller)
+        return Parts(
+            bus=bus, events=events, store=store, access=gate, runtime=runtime,
+            recorder=recorder, workers=workers, launcher=launcher, controller=controller,
+            directory=directory, providers=providers, services=services,
+        )  # fmt: skip
+
     async def serve(self) -> str:
         """Serve the HTTP API; returns its base URL (the real port when 0 was asked)."""
-        self._runner = web.AppRunner(make_app(self), handle_signals=False, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        runner = web.AppRunner(make_app(self.parts.services), handle_signals=False, access_log=None)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        site = web.TCPSite(runner, self.settings.host, self.settings.port)
         await site.start()
-        port = self._runner.addresses[0][1]
+        port = runner.addresses[0][1]
         self.api = f"http://{self.settings.host}:{port}"
         log.info("serving the API on %s", self.api)
         return self.api
@@ -159,25 +211,13 @@ class ControlPlane:
         return path
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        # The controller decides nothing more: it would replace the daemons stopped below.
-        if hasattr(self, "controller"):
-            try:
-                await self.controller.ask(Halt())
-            except LakeshoreError as e:
-                log.warning("controller not halted: %s", e)
-        # Daemons started here go first, while the gateway still records their last
-        # heartbeat (``stopped``).
-        for backend in self.providers.values():
-            await backend.close()
-        if self.gateway is not None:
-            await self.gateway.stop()
-        await self.runtime.shutdown()
-        if hasattr(self, "bus"):
-            await self.bus.close()
-        if hasattr(self, "store"):
-            await self.store.close()
-        if self.nats is not None:
-            await self.nats.stop()
+        """Stop everything started, in reverse order; a second call does nothing."""
+        stack, self._stack = self._stack, contextlib.AsyncExitStack()
+        await stack.aclose()
+
+
+async def _halt(controller: ActorRef[Any]) -> None:
+    try:
+        await controller.ask(Halt())
+    except LakeshoreError as e:
+        log.warning("controller not halted: %s", e)

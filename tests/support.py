@@ -184,10 +184,10 @@ async def register(control_plane: PlaneHandle):
         status: WorkerStatus | None = None,
     ) -> Worker:
         reg = WorkerRegister(namespace=namespace, name=name, queues=queues or [])
-        worker: Worker = await plane.workers.ask(Register(reg))
+        worker: Worker = await plane.parts.workers.ask(Register(reg))
         if status is not None:
             beat = Heartbeat(worker_id=worker.id, namespace=namespace, status=status, ts=now())
-            await plane.workers.ask(Beat(beat))
+            await plane.parts.workers.ask(Beat(beat))
             worker = msgspec.structs.replace(worker, status=status)
         return worker
 
@@ -201,7 +201,18 @@ async def daemon_process(
     """``lakeshore daemon run`` on ``queue`` as a subprocess that can import from
     ``pythonpath``; it must stop on SIGTERM within 30 s (else the test fails)."""
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    argv = ["-m", "lakeshore.daemon", "--nats-url", nats_url, "--queue", queue, "--name", name]
+    argv = [
+        "-m",
+        "lakeshore",
+        "daemon",
+        "run",
+        "--nats-url",
+        nats_url,
+        "--queue",
+        queue,
+        "--name",
+        name,
+    ]
     with open(log, "wb") as out:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *argv, env=env, stdout=out, stderr=out

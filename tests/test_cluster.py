@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import nats
+from polling import eventually
 
 from lakeshore.actors.directory import CreateQueue
 from lakeshore.config import ServerSettings
@@ -51,20 +52,23 @@ async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_f
         )
     )
     url = ",".join(n.url for n in nodes)
-    plane = ControlPlane(
-        ServerSettings(data_dir=tmp_path / "plane", port=0, nats_url=url, replicas=3)
+    settings = ServerSettings(data_dir=tmp_path / "plane", port=0, nats_url=url, replicas=3)
+
+    async def started() -> ControlPlane:
+        # Unavailable: no JetStream meta leader yet, the cluster is still electing one.
+        plane = ControlPlane(settings)
+        await plane.start()
+        return plane
+
+    plane = await eventually(
+        started,
+        retry_on=(Unavailable,),
+        timeout_s=60,
+        every_s=0.2,
+        what="a control plane started on the cluster",
     )
-    async with asyncio.timeout(60):
-        while True:
-            try:
-                await plane.start()
-                break
-            except Unavailable:
-                # No JetStream meta leader yet: the cluster is still electing one.
-                plane = ControlPlane(plane.settings)
-                await asyncio.sleep(0.2)
     try:
-        await plane.directory.ask(CreateQueue("default", QueueCreate(name="train"), None))
+        await plane.parts.directory.ask(CreateQueue("default", QueueCreate(name="train"), None))
         nc = await nats.connect(url.split(","))
         js = nc.jetstream()
         si = await js.stream_info("LS_default_train")
@@ -74,20 +78,25 @@ async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_f
         leader = si.cluster.leader
         [victim] = [n for n in nodes if f"test-{nodes.index(n) + 1}" == leader] or nodes[:1]
         await victim.kill()
-        async with asyncio.timeout(30):
-            while True:
-                try:
-                    await js.publish(
-                        "ls.default.q.train.p0",
-                        b"after",
-                        headers={"Nats-Msg-Id": "after"},
-                        timeout=2,
-                    )
-                    break
-                except Exception:
-                    await asyncio.sleep(0.2)
-            while (await js.stream_info("LS_default_train")).state.messages != 21:
-                await asyncio.sleep(0.1)
+        # One bound of 30 s for both waits.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        await eventually(
+            lambda: js.publish(
+                "ls.default.q.train.p0", b"after", headers={"Nats-Msg-Id": "after"}, timeout=2
+            ),
+            retry_on=(Exception,),
+            timeout_s=30,
+            every_s=0.2,
+            what="a publish accepted after the leader's loss",
+        )
+        await eventually(
+            lambda: js.stream_info("LS_default_train"),
+            until=lambda si: si.state.messages == 21,
+            timeout_s=deadline - loop.time(),
+            every_s=0.1,
+            what="21 messages in LS_default_train",
+        )
         await nc.close()
     finally:
         await plane.stop()

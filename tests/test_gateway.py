@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 import nats
 import pytest_asyncio
+from polling import eventually
 
 from lakeshore.bus import codec
 from lakeshore.model import (
@@ -87,9 +86,13 @@ async def test_a_silent_worker_is_marked_lost_and_comes_back(plane_factory, nc):
         nc, "ls.default.register", WorkerRegister(namespace="default", name="quiet"), Worker
     )
     async with handle.client() as api:
-        async with asyncio.timeout(10):
-            while (await api.get("/v1/namespaces/default/workers/quiet"))[1]["status"] != "lost":
-                await asyncio.sleep(0.05)
+        await eventually(
+            lambda: api.get("/v1/namespaces/default/workers/quiet"),
+            until=lambda reply: reply[1]["status"] == "lost",
+            timeout_s=10,
+            every_s=0.05,
+            what="worker quiet lost",
+        )
         events = (await api.get("/v1/namespaces/default/queues/default/events"))[1]["events"]
         assert events[0]["type"] == "daemon_lost"
         await _beat(nc, worker)

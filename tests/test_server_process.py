@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import aiohttp
+from polling import eventually
 
 LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
 
@@ -28,9 +29,9 @@ def _alive(pid: int) -> bool:
 
 
 async def _wait_gone(pid: int, timeout_s: float) -> None:
-    async with asyncio.timeout(timeout_s):
-        while _alive(pid):
-            await asyncio.sleep(0.05)
+    await eventually(
+        lambda: not _alive(pid), timeout_s=timeout_s, every_s=0.05, what=f"pid {pid} gone"
+    )
 
 
 class Server:

@@ -1,22 +1,22 @@
 """Admission policy of a queue: validating submits, ids, and what happens when it is full.
 
 ``reject`` answers 429; ``drop_oldest`` evicts the oldest *pending* invocation (never a
-running one) and records it as ``dropped``; ``block`` retries with backoff until the
-submit's ``wait_s`` runs out, then answers 429.
+running one) and records it as ``dropped``; ``block`` waits for room until the submit's
+``wait_s`` runs out, then answers 429 — in :mod:`lakeshore.actors.waiting`, outside the
+queue actor's inbox, so the queue keeps answering while a submit waits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NoReturn
 
 from lakeshore.bus import codec
-from lakeshore.bus.nats import NatsBus, Published
+from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import Invalid, QueueFull, TooLarge
 from lakeshore.ids import new_id
 from lakeshore.model import (
@@ -38,8 +38,6 @@ _FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 #: How many idempotency keys a queue remembers (covers the 600 s duplicate window).
 IDEMPOTENCY_MEMORY = 100_000
-#: Backoff of a ``block`` submit waiting for room (seconds): first, growth factor, cap.
-BLOCK_BACKOFF_S = (0.05, 2.0, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,45 +127,48 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
         )
 
 
-async def admit(
-    bus: NatsBus, row: Queue, items: list[Prepared], *, levels: int, wait_s: float
-) -> tuple[list[Published], list[InvocationEvent]]:
-    """Publish ``items`` under the queue's ``on_full`` policy.
+async def place(
+    bus: Bus, row: Queue, items: list[Prepared], published: list[Published | None], *, levels: int
+) -> list[InvocationEvent]:
+    """Settle the items the stream refused (``None`` in ``published``) under ``reject`` or
+    ``drop_oldest``, in order; never waits. ``published`` is filled in place.
+
+    Under ``block`` nothing is done: the caller parks the submit in its
+    :class:`~lakeshore.actors.waiting.WaitingRoom` (the actor must not sleep on it).
 
     Returns:
-        One :class:`Published` per item, and the ``dropped`` events of evicted invocations.
+        The ``dropped`` events of evicted invocations.
 
     Raises:
-        QueueFull: ``reject``, or ``block`` past ``wait_s``; says how many were admitted.
+        QueueFull: ``reject`` (or ``drop_oldest`` with every stored invocation running);
+            says how many were admitted.
     """
-    published = await bus.publish_work(
-        row.namespace, row.name, [(p.payload, p.level, p.msg_id) for p in items]
-    )
     dropped: list[InvocationEvent] = []
-    deadline = time.monotonic() + wait_s
-    delay, growth, cap = BLOCK_BACKOFF_S
+    if row.on_full is OnFull.BLOCK:
+        return dropped
     for i, outcome in enumerate(published):
         while outcome is None:
-            if row.on_full is OnFull.DROP_OLDEST:
-                oldest = await bus.oldest_pending(row.namespace, row.name, levels=levels)
-                if oldest is None:
-                    _full(row, i, len(items), "every stored invocation is running")
-                elif await bus.delete_message(row.namespace, row.name, oldest[0]):
-                    dropped.append(_dropped_event(row, *oldest))
-            elif row.on_full is OnFull.BLOCK and time.monotonic() < deadline:
-                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * growth, cap)
-            else:
-                _full(row, i, len(items), "")
-            p = items[i]
-            [outcome] = await bus.publish_work(
-                row.namespace, row.name, [(p.payload, p.level, p.msg_id)]
-            )
+            if row.on_full is not OnFull.DROP_OLDEST:
+                full(row, i, len(items))
+            oldest = await bus.oldest_pending(row.namespace, row.name, levels=levels)
+            if oldest is None:
+                full(row, i, len(items), "every stored invocation is running")
+            elif await bus.delete_message(row.namespace, row.name, oldest[0]):
+                dropped.append(_dropped_event(row, *oldest))
+            [outcome] = await publish(bus, row, items[i : i + 1])
         published[i] = outcome
-    return published, dropped  # type: ignore[return-value]
+    return dropped
 
 
-def _full(row: Queue, index: int, total: int, why: str) -> None:
+async def publish(bus: Bus, row: Queue, items: list[Prepared]) -> list[Published | None]:
+    """Publish ``items`` to the queue's stream; ``None`` for each refused as full."""
+    return await bus.publish_work(
+        row.namespace, row.name, [(p.payload, p.level, p.msg_id) for p in items]
+    )
+
+
+def full(row: Queue, index: int, total: int, why: str = "") -> NoReturn:
+    """Raise the :class:`QueueFull` of a submit whose ``index``-th item found no room."""
     admitted = f"; the first {index} of {total} were admitted" if index else ""
     reason = f" ({why})" if why else ""
     raise QueueFull(
@@ -190,8 +191,9 @@ def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
 
 
 def submitted_events(
-    row: Queue, items: list[Prepared], published: list[Published]
+    row: Queue, items: list[Prepared], published: list[Published | None]
 ) -> list[InvocationEvent]:
+    """The ``submitted`` events of the items stored now (not duplicates, not refused)."""
     ts = now()
     return [
         InvocationEvent(
@@ -211,7 +213,7 @@ def submitted_events(
             },
         )
         for p, pub in zip(items, published, strict=True)
-        if not pub.duplicate
+        if pub is not None and not pub.duplicate
     ]
 
 

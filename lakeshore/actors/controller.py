@@ -6,7 +6,7 @@ On each :class:`Tick` (sent every ``tick_s`` by :meth:`Runtime.every
 WorkerRegistry, each queue's backlog from JetStream, and what it remembers between ticks
 (:mod:`lakeshore.controller.tracking`: idle clocks, launches not registered yet, steal
 leases) — calls :func:`lakeshore.controller.tick`, then applies the decisions in the rule
-book's order (:mod:`lakeshore.controller.apply`) and records each applied one as a queue
+book's order (:mod:`lakeshore.actors.applier`) and records each applied one as a queue
 event (:mod:`lakeshore.controller.records`).
 
 Decisions are idempotent across ticks: a launched daemon counts as launching from the
@@ -28,9 +28,10 @@ from typing import Any
 
 from msgspec import Struct
 
+from lakeshore.actors.applier import Applier, read_loads
 from lakeshore.actors.base import Actor, ActorRef
-from lakeshore.actors.workers import Snapshot as WorkerRows
-from lakeshore.bus.nats import NatsBus
+from lakeshore.actors.workers import ListWorkers
+from lakeshore.bus.port import Bus
 from lakeshore.controller import (
     ControllerSettings,
     Decision,
@@ -44,20 +45,20 @@ from lakeshore.controller import (
     tick,
 )
 from lakeshore.controller import records as rec
-from lakeshore.controller.apply import Applier, read_loads
 from lakeshore.controller.snapshot import QUEUE_LABEL, QueueKey
-from lakeshore.controller.status import (
-    ControllerStatus,
-    LeaseStatus,
-    UnitKey,
-    UnitStatus,
-    pending_hint,
-    unit_rows,
-)
+from lakeshore.controller.status import UnitKey, pending_hint, unit_rows
 from lakeshore.controller.tracking import Observed, Tracker
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import ElasticityKind, Queue, Worker, now
-from lakeshore.store import Store
+from lakeshore.model import (
+    ControllerStatus,
+    ElasticityKind,
+    LeaseStatus,
+    Queue,
+    UnitStatus,
+    Worker,
+    now,
+)
+from lakeshore.store.port import ControllerStore
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Tick(Struct, frozen=True):
 
 
 class Status(Struct, frozen=True):
-    """Answer the namespace's :class:`~lakeshore.controller.status.ControllerStatus`."""
+    """Answer the namespace's :class:`~lakeshore.model.ControllerStatus`."""
 
     namespace: str
 
@@ -104,8 +105,8 @@ class ControllerActor(Actor[ControllerMsg]):
     def __init__(
         self,
         *,
-        store: Store,
-        bus: NatsBus,
+        store: ControllerStore,
+        bus: Bus,
         workers: ActorRef[Any],
         launcher: ActorRef[Any],
         settings: ControllerSettings,
@@ -146,7 +147,7 @@ class ControllerActor(Actor[ControllerMsg]):
         at = now()
         try:
             queues = await self._store.all_queues()
-            rows: list[Worker] = await self._workers.ask(WorkerRows())
+            rows: list[Worker] = await self._workers.ask(ListWorkers())
             loads = await read_loads(self._bus, _needing_load(queues, rows), at)
         except LakeshoreError as e:
             if not self._skipping:

@@ -15,7 +15,7 @@ from msgspec import Struct
 from lakeshore import elasticity
 from lakeshore.actors.base import Actor, ActorRef, Runtime
 from lakeshore.actors.queue import DeleteQueue, QueueActor, QueueMsg, check_provider, row_dict
-from lakeshore.bus.nats import NatsBus
+from lakeshore.bus.port import Bus
 from lakeshore.errors import AlreadyExists, QueueNotFound, ReservedName
 from lakeshore.model import (
     DEFAULT_QUEUE,
@@ -26,7 +26,7 @@ from lakeshore.model import (
     now,
     validate_name,
 )
-from lakeshore.store import Store
+from lakeshore.store.port import QueueStore
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
     name = "queue-directory"
 
     def __init__(
-        self, runtime: Runtime, *, store: Store, bus: NatsBus, workers: ActorRef[Any]
+        self, runtime: Runtime, *, store: QueueStore, bus: Bus, workers: ActorRef[Any]
     ) -> None:
         self._runtime, self._store, self._bus, self._workers = runtime, store, bus, workers
         self._queues: dict[tuple[str, str], ActorRef[QueueMsg]] = {}

@@ -17,7 +17,7 @@ from typing import Any
 from msgspec import Struct
 
 from lakeshore.actors.base import Actor, ActorRef
-from lakeshore.actors.workers import Exited, Prepare, Snapshot, new_worker_id
+from lakeshore.actors.workers import Exited, ListWorkers, Prepare, new_worker_id
 from lakeshore.errors import (
     AlreadyExists,
     Conflict,
@@ -39,14 +39,13 @@ from lakeshore.model import (
     now,
     validate_name,
 )
-from lakeshore.providers import ExitCallback, find_provider
-from lakeshore.providers import Provider as Backend
-from lakeshore.store import Store
+from lakeshore.providers import Backend, ExitCallback, find_provider
+from lakeshore.store.port import LauncherStore
 
 log = logging.getLogger(__name__)
 
 
-class Launch(Struct, frozen=True):
+class LaunchDaemons(Struct, frozen=True):
     """Start ``request.count`` daemons in ``namespace``; answers :class:`Launched`."""
 
     namespace: str
@@ -57,7 +56,7 @@ class Launch(Struct, frozen=True):
     managed: bool = False
 
 
-class Stop(Struct, frozen=True):
+class StopDaemon(Struct, frozen=True):
     """Force a daemon this control plane started to stop (SIGTERM, then SIGKILL)."""
 
     namespace: str
@@ -74,7 +73,7 @@ class RemoveProvider(Struct, frozen=True):
     name: str
 
 
-LauncherMsg = Launch | Stop | AddProvider | RemoveProvider
+LauncherMsg = LaunchDaemons | StopDaemon | AddProvider | RemoveProvider
 
 
 class Launcher(Actor[LauncherMsg]):
@@ -91,7 +90,7 @@ class Launcher(Actor[LauncherMsg]):
 
     def __init__(
         self,
-        store: Store,
+        store: LauncherStore,
         workers: ActorRef[Any],
         backends: Mapping[ProviderKind, Backend],
         *,
@@ -104,16 +103,16 @@ class Launcher(Actor[LauncherMsg]):
 
     async def handle(self, msg: LauncherMsg) -> Any:
         match msg:
-            case Launch():
+            case LaunchDaemons():
                 return await self._launch(msg)
-            case Stop(namespace=ns, ref=ref):
+            case StopDaemon(namespace=ns, ref=ref):
                 return await self._stop(ns, ref)
             case AddProvider(namespace=ns, body=body):
                 return await self._add(ns, body)
             case RemoveProvider(namespace=ns, name=name):
                 return await self._remove(ns, name)
 
-    async def _launch(self, msg: Launch) -> Launched:
+    async def _launch(self, msg: LaunchDaemons) -> Launched:
         req, ns_name = msg.request, msg.namespace
         names = daemon_names(req.name, req.count)
         queues = launch_queues(req.queues)
@@ -148,7 +147,7 @@ class Launcher(Actor[LauncherMsg]):
         return Launched(workers=rows)
 
     async def _stop(self, ns: str, ref: str) -> Worker:
-        rows: list[Worker] = await self._workers.ask(Snapshot(ns))
+        rows: list[Worker] = await self._workers.ask(ListWorkers(ns))
         worker = next((w for w in rows if w.id == ref), None) or next(
             (w for w in rows if w.name == ref), None
         )

@@ -6,7 +6,9 @@ as a queue event with the acting token and the row before and after.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -16,36 +18,50 @@ from lakeshore import elasticity
 from lakeshore.actors import admission
 from lakeshore.actors.admission import IdempotencyKeys
 from lakeshore.actors.base import Actor, ActorRef
+from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members, Scrub
-from lakeshore.bus.nats import NatsBus
-from lakeshore.errors import ImmutableField, Invalid, QueueHasMembers, ReservedName, WrongState
+from lakeshore.bus.port import Bus
+from lakeshore.errors import (
+    ImmutableField,
+    Invalid,
+    LakeshoreError,
+    QueueFull,
+    QueueHasMembers,
+    QueueNotFound,
+    ReservedName,
+    WrongState,
+)
 from lakeshore.model import (
     BUILTIN_PROVIDER,
     DEFAULT_QUEUE,
-    PRIORITY_LEVELS,
     Elasticity,
     ElasticityKind,
     EventBatch,
     EventType,
     InvocationEvent,
     InvocationSubmit,
+    OnFull,
     ProviderKind,
     Queue,
-    QueueKind,
     QueuePatch,
     QueueState,
     SubmitAnswer,
     Worker,
     WorkerStatus,
+    levels_of,
     now,
 )
-from lakeshore.store import Store
+from lakeshore.store.port import ProviderRows, QueueStore
 
 log = logging.getLogger(__name__)
 
 
 class GetQueue(Struct, frozen=True):
     pass
+
+
+class CountWaiting(Struct, frozen=True):
+    """How many submits wait for room (``on_full: block``)."""
 
 
 class PatchQueue(Struct, frozen=True):
@@ -78,7 +94,7 @@ class CancelPending(Struct, frozen=True, kw_only=True):
     actor: str | None
 
 
-QueueMsg = GetQueue | PatchQueue | Transition | DeleteQueue | Submit | CancelPending
+QueueMsg = GetQueue | CountWaiting | PatchQueue | Transition | DeleteQueue | Submit | CancelPending
 
 #: verb -> (states it may start from, the state it leads to); the target state is a no-op.
 _TRANSITIONS: dict[str, tuple[frozenset[QueueState], QueueState]] = {
@@ -92,15 +108,11 @@ _TRANSITIONS: dict[str, tuple[frozenset[QueueState], QueueState]] = {
 _EVENT_OF_VERB = {"drain": "drained", "archive": "archived", "unarchive": "unarchived"}
 
 
-def levels_of(kind: QueueKind) -> int:
-    return PRIORITY_LEVELS if kind is QueueKind.PRIORITY else 1
-
-
 def row_dict(q: Queue) -> dict[str, Any]:
     return msgspec.to_builtins(q)
 
 
-async def check_provider(store: Store, namespace: str, e: Elasticity) -> None:
+async def check_provider(store: ProviderRows, namespace: str, e: Elasticity) -> None:
     """An elasticity object must name a provider of the namespace (the built-in ``local``
     or a stored one), and one the controller can launch on unless its kind is ``fixed``.
 
@@ -129,13 +141,14 @@ class QueueActor(Actor[QueueMsg]):
     """Owns one queue. Built from its stored row; ensures its stream on every start."""
 
     def __init__(
-        self, namespace: str, name: str, *, store: Store, bus: NatsBus, workers: ActorRef[Any]
+        self, namespace: str, name: str, *, store: QueueStore, bus: Bus, workers: ActorRef[Any]
     ) -> None:
         self.name = f"queue:{namespace}/{name}"
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
         self._keys = IdempotencyKeys()
+        self._room = WaitingRoom(retry=self._retry, admit=self._admit, refuse=self._refuse)
 
     async def started(self) -> None:
         self.row = await self._store.get_queue(self._ns, self._queue)
@@ -143,11 +156,16 @@ class QueueActor(Actor[QueueMsg]):
             raise RuntimeError(f"queue {self._ns}/{self._queue} has no row")
         await self._ensure_stream(self.row)
 
+    async def stopped(self) -> None:
+        await self._room.close(QueueNotFound(self._ns, self._queue))
+
     async def handle(self, msg: QueueMsg) -> Any:
         assert self.row is not None
         match msg:
             case GetQueue():
                 return self.row
+            case CountWaiting():
+                return len(self._room)
             case PatchQueue(patch=patch, actor=actor):
                 return await self._patch(patch, actor)
             case Transition(verb=verb, actor=actor):
@@ -159,7 +177,35 @@ class QueueActor(Actor[QueueMsg]):
             case CancelPending(invocation_id=inv_id, seq=seq, actor=actor):
                 return await self._cancel(inv_id, seq, actor)
 
-    async def _submit(self, specs: list[InvocationSubmit], wait_s: float) -> SubmitAnswer:
+    async def _submit(
+        self, specs: list[InvocationSubmit], wait_s: float
+    ) -> asyncio.Future[SubmitAnswer]:
+        """Admit a submit; answers a future settled once it is in (at once unless a full
+        ``block`` queue makes it wait in the waiting room)."""
+        row = self._admitting()
+        items = admission.prepare(row, specs, self._keys)
+        waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
+        if self._room and row.on_full is OnFull.BLOCK:
+            return self._room.park(waiting)  # behind the submits already waiting
+        waiting.published = await admission.publish(self._bus, row, items)
+        try:
+            waiting.dropped = await admission.place(
+                self._bus, row, items, waiting.published, levels=levels_of(row.kind)
+            )
+        except QueueFull:
+            await self._record_admitted(waiting)
+            raise
+        if waiting.next_index < len(items):
+            return self._room.park(waiting)
+        waiting.answer.set_result(await self._admit(waiting))
+        return waiting.answer
+
+    def _admitting(self) -> Queue:
+        """The row, if the queue admits work now.
+
+        Raises:
+            WrongState: it is draining or archived.
+        """
         row = self.row
         assert row is not None
         if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
@@ -169,21 +215,58 @@ class QueueActor(Actor[QueueMsg]):
                 "accept submissions",
                 "; unarchive it to admit work again",
             )
-        items = admission.prepare(row, specs, self._keys)
-        published, dropped = await admission.admit(
-            self._bus, row, items, levels=levels_of(row.kind), wait_s=wait_s
-        )
-        events = [*dropped, *admission.submitted_events(row, items, published)]
-        for batch in admission.event_batches(events):
-            await self._bus.publish_events(self._ns, row.name, batch)
+        return row
+
+    async def _retry(self, waiting: Waiting) -> bool:
+        """The waiting room's retry: store the next items in order while there is room."""
+        row = self._admitting()
+        while (i := waiting.next_index) < len(waiting.items):
+            if row.on_full is not OnFull.BLOCK:
+                admission.full(row, i, len(waiting.items), f"on_full is now {row.on_full}")
+            [outcome] = await admission.publish(self._bus, row, waiting.items[i : i + 1])
+            if outcome is None:
+                return False
+            waiting.published[i] = outcome
+        return True
+
+    async def _refuse(self, waiting: Waiting, why: LakeshoreError | None) -> LakeshoreError:
+        """The waiting room's refusal: the error the asker gets (``QueueFull`` once its
+        wait ran out), after recording what of the submit was stored."""
+        await self._record_admitted(waiting)
+        if why is not None:
+            return why
+        assert self.row is not None
+        try:
+            admission.full(self.row, waiting.next_index, len(waiting.items), "")
+        except QueueFull as e:
+            return e
+
+    async def _admit(self, waiting: Waiting) -> SubmitAnswer:
+        """Record an admitted submit's events, wake the daemons, answer it."""
+        row = self.row
+        assert row is not None
+        await self._record_admitted(waiting)
         await self._bus.nudge(self._ns, row.name)
+        items, published = waiting.items, waiting.published
         return SubmitAnswer(
             ids=[p.id for p in items],
             queue=row.name,
             namespace=self._ns,
             warnings=await self._warnings(row),
-            duplicates=[p.id for p, pub in zip(items, published, strict=True) if pub.duplicate],
+            duplicates=[
+                p.id for p, pub in zip(items, published, strict=True) if pub and pub.duplicate
+            ],
         )
+
+    async def _record_admitted(self, waiting: Waiting) -> None:
+        """Publish the events of what a submit stored (and of what it evicted)."""
+        assert self.row is not None
+        events = [
+            *waiting.dropped,
+            *admission.submitted_events(self.row, waiting.items, waiting.published),
+        ]
+        for batch in admission.event_batches(events):
+            await self._bus.publish_events(self._ns, self._queue, batch)
 
     async def _warnings(self, row: Queue) -> list[str]:
         if row.elasticity.kind is not ElasticityKind.FIXED:
@@ -238,6 +321,7 @@ class QueueActor(Actor[QueueMsg]):
         if new.max_depth != old.max_depth:
             await self._ensure_stream(new)
         await self._commit(old, new, "patched", actor)
+        self._room.wake()  # more room, or another policy: waiting submits are retried now
         return new
 
     async def _transition(self, verb: str, actor: str | None) -> Queue:
@@ -252,6 +336,7 @@ class QueueActor(Actor[QueueMsg]):
             raise WrongState(old.name, old.state.value, verb, "; unarchive it first")
         new = msgspec.structs.replace(old, state=target, updated_at=now())
         await self._commit(old, new, _EVENT_OF_VERB[verb], actor)
+        self._room.wake()  # a queue that stopped admitting refuses its waiting submits now
         return new
 
     async def _delete(self, force: bool, actor: str | None) -> list[Worker]:

@@ -20,18 +20,18 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from msgspec import Struct
 
 from lakeshore import fencing
 from lakeshore.actors.base import Actor
-from lakeshore.bus.events import Delivery
+from lakeshore.bus.port import Delivery, Feed
 from lakeshore.errors import Unavailable
 from lakeshore.fencing import Fence, Fenced, Key
 from lakeshore.model import EventType, InvocationEvent
-from lakeshore.store import Store
+from lakeshore.store.port import InvocationHistory
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +89,6 @@ class RecorderStats(Struct, frozen=True, kw_only=True):
     last_seq: int
 
 
-class Feed(Protocol):
-    """What the Recorder needs of the events stream (:class:`lakeshore.bus.events.EventFeed`)."""
-
-    async def ensure(self) -> None: ...
-    async def close(self) -> None: ...
-    async def fetch(self, max_batch: int, timeout_s: float) -> list[Delivery]: ...
-    async def ack(self, deliveries: Sequence[Delivery]) -> None: ...
-    async def progress(self) -> tuple[int, int]: ...
-
-
 class Recorder(Actor[RecorderMsg]):
     """Records lifecycle events from ``feed`` into ``store``.
 
@@ -116,7 +106,7 @@ class Recorder(Actor[RecorderMsg]):
 
     def __init__(
         self,
-        store: Store,
+        store: InvocationHistory,
         feed: Feed,
         *,
         max_batch: int = 64,

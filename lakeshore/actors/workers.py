@@ -30,9 +30,10 @@ from lakeshore.model import (
     WorkerRegister,
     WorkerStatus,
     now,
+    serves,
     validate_name,
 )
-from lakeshore.store import Store
+from lakeshore.store.port import RegistryStore
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Scrub(Struct, frozen=True):
     queue: str
 
 
-class Retire(Struct, frozen=True):
+class RetireWorker(Struct, frozen=True):
     namespace: str
     ref: str
 
@@ -76,7 +77,7 @@ class Sweep(Struct, frozen=True):
     """Mark workers without a heartbeat for ``lost_after_s`` as lost (sent every tick)."""
 
 
-class Snapshot(Struct, frozen=True):
+class ListWorkers(Struct, frozen=True):
     """Every worker row (for the controller and the launch progress)."""
 
     namespace: str | None = None
@@ -102,7 +103,7 @@ class SetLeases(Struct, frozen=True):
     leases: dict[str, list[StealGrant]]
 
 
-class MarkLost(Struct, frozen=True):
+class MarkWorkerLost(Struct, frozen=True):
     """Mark one worker lost for the controller, with its reason.
 
     Judged again by the registry's own clock and ``lost_after_s``, so it is idempotent
@@ -133,24 +134,17 @@ WorkerMsg = (
     | Beat
     | EditQueues
     | Scrub
-    | Retire
+    | RetireWorker
     | Sweep
-    | Snapshot
+    | ListWorkers
     | Prepare
     | Exited
     | SetLeases
-    | MarkLost
+    | MarkWorkerLost
 )
 
 _LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.RETIRING})
 _DEAD = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
-
-
-def serves(worker: Worker, queue: str) -> bool:
-    """Whether ``worker`` pulls from ``queue`` by its membership array."""
-    if queue == DEFAULT_QUEUE:
-        return not worker.queues or DEFAULT_QUEUE in worker.queues
-    return queue in worker.queues
 
 
 def is_member(worker: Worker, queue: str) -> bool:
@@ -163,7 +157,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
 
     def __init__(
         self,
-        store: Store,
+        store: RegistryStore,
         *,
         lost_after_s: float = 10.0,
         launch_timeout_s: float = 120.0,
@@ -198,11 +192,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 for w in scrubbed:
                     self._rows[w.id] = w
                 return scrubbed
-            case Retire(namespace=ns, ref=ref):
+            case RetireWorker(namespace=ns, ref=ref):
                 return await self._retire(ns, ref)
             case Sweep():
                 return await self._sweep(now())
-            case Snapshot(namespace=ns):
+            case ListWorkers(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
             case Prepare():
                 return await self._prepare(msg)
@@ -211,7 +205,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             case SetLeases(leases=leases):
                 self._leases = dict(leases)
                 return None
-            case MarkLost(namespace=ns, worker_id=wid, detail=detail):
+            case MarkWorkerLost(namespace=ns, worker_id=wid, detail=detail):
                 w = self._rows.get(wid)
                 if w is None or w.namespace != ns or not self._overdue(w, now()):
                     return None

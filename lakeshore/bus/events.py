@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import msgspec
 import nats.errors
@@ -32,6 +31,7 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from lakeshore.bus import codec, subjects
+from lakeshore.bus.port import Delivery
 from lakeshore.errors import Unavailable
 from lakeshore.model import EventBatch, Result
 
@@ -45,18 +45,6 @@ RESULTS_TTL_S = 7 * 24 * 3600.0
 RECORDER_ACK_WAIT_S = 30.0
 #: Event messages the Recorder may hold unacked (far above one fetch).
 RECORDER_MAX_ACK_PENDING = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One event message as the Recorder sees it; ack it with :meth:`EventFeed.ack`."""
-
-    batch: EventBatch
-    #: the message's ``LS_EVENTS`` stream sequence
-    seq: int
-    #: how many times it was delivered (1: never before, so it cannot have been recorded)
-    delivered: int
-    msg: Msg
 
 
 async def ensure_events_stream(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import nats
 import nats.errors
@@ -31,6 +30,7 @@ from nats.js.api import (
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import connect_nats
+from lakeshore.bus.port import Published, QueueCounts
 from lakeshore.errors import Unavailable
 from lakeshore.model import DaemonControl, EventBatch
 
@@ -40,33 +40,19 @@ log = logging.getLogger(__name__)
 DUPLICATE_WINDOW_S = 600.0
 #: JetStream's error code for a publish refused by ``max_msgs`` with ``discard=new``.
 ERR_STREAM_FULL = 10077
+#: JetStream's error code for a message that is not (or no longer) stored.
+ERR_NO_MESSAGE = 10057
 #: Concurrent publishes in flight per window (sequential publishes are ~5x slower).
 PUBLISH_WINDOW = 500
 #: A claim not kept alive with in_progress() for this long is redelivered (seconds).
 ACK_WAIT_S = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Published:
-    seq: int
-    #: the Nats-Msg-Id was seen inside the duplicate window: nothing new was stored
-    duplicate: bool
-
-
-@dataclass(frozen=True, slots=True)
-class QueueCounts:
-    """What JetStream knows of one queue right now (eventually consistent)."""
-
-    #: stored and not yet delivered
-    pending: int
-    #: delivered and not yet acknowledged
-    running: int
-    #: every stored message, leftovers included
-    depth: int
-
-
 class NatsBus:
-    """The control plane's handle on NATS. Build it with :meth:`connect`."""
+    """The control plane's handle on NATS (the :class:`~lakeshore.bus.port.Bus` port).
+
+    Build it with :meth:`connect`.
+    """
 
     def __init__(
         self, nc: NatsClient, js: JetStreamContext, replicas: int, ack_wait_s: float = ACK_WAIT_S
@@ -141,14 +127,6 @@ class NatsBus:
             except jse.NotFoundError:
                 pass
 
-    async def queue_exists(self, namespace: str, queue: str) -> bool:
-        async with self._errors(f"read the stream of {namespace}/{queue}"):
-            try:
-                await self._js.stream_info(subjects.queue_stream(namespace, queue))
-            except jse.NotFoundError:
-                return False
-            return True
-
     async def queue_counts(self, namespace: str, queue: str, *, levels: int) -> QueueCounts:
         stream = subjects.queue_stream(namespace, queue)
         pending = running = 0
@@ -216,7 +194,10 @@ class NatsBus:
         oldest: tuple[int, bytes] | None = None
         async with self._errors(f"find the oldest pending of {namespace}/{queue}"):
             for level in range(levels):
-                ci = await self._js.consumer_info(stream, subjects.level_consumer(level))
+                try:
+                    ci = await self._js.consumer_info(stream, subjects.level_consumer(level))
+                except jse.NotFoundError:
+                    continue  # no such queue (or level): nothing pending there
                 if not ci.num_pending:
                     continue
                 start = (ci.delivered.stream_seq or 0) + 1
@@ -238,14 +219,17 @@ class NatsBus:
         async with self._errors(f"delete message {seq} of {namespace}/{queue}"):
             try:
                 return await self._js.delete_msg(subjects.queue_stream(namespace, queue), seq)
-            except jse.NotFoundError:
+            except (jse.NotFoundError, jse.BadRequestError):
                 return False
-            except jse.BadRequestError:
-                return False
+            except jse.APIError as e:
+                if e.err_code == ERR_NO_MESSAGE:  # already acked, deleted or past the end
+                    return False
+                raise
 
     async def nudge(self, namespace: str, queue: str) -> None:
         """Wake idle daemons of ``queue`` (core NATS, best effort)."""
-        await self._nc.publish(subjects.nudge_subject(namespace, queue), b"")
+        async with self._errors(f"wake the daemons of {namespace}/{queue}"):
+            await self._nc.publish(subjects.nudge_subject(namespace, queue), b"")
 
     async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
         async with self._errors(f"record events of {namespace}/{queue}"):
@@ -253,9 +237,10 @@ class NatsBus:
 
     async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
         """Tell a daemon to cancel a run or retire (core NATS, best effort)."""
-        await self._nc.publish(
-            subjects.daemon_control_subject(namespace, worker_id), codec.encode(control)
-        )
+        async with self._errors(f"tell daemon {worker_id} of {namespace}"):
+            await self._nc.publish(
+                subjects.daemon_control_subject(namespace, worker_id), codec.encode(control)
+            )
 
     async def respond(
         self, subject: str, handler: Callable[[str, bytes], Awaitable[bytes]]

@@ -31,10 +31,6 @@ def level_consumer(level: int) -> str:
     return f"p{level}"
 
 
-def submit_subject(namespace: str, queue: str) -> str:
-    return f"ls.{namespace}.submit.{queue}"
-
-
 def nudge_subject(namespace: str, queue: str) -> str:
     """Core-NATS wake-up for idle daemons after work was admitted to ``queue``."""
     return f"ls.{namespace}.nudge.{queue}"

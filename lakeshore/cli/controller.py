@@ -6,7 +6,7 @@ import click
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run
-from lakeshore.controller.status import ControllerStatus
+from lakeshore.model import ControllerStatus
 
 
 def status_table(s: ControllerStatus) -> str:

@@ -14,6 +14,7 @@ import click
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run, settings
+from lakeshore.cli.options import key_value_pairs
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import DEFAULT_QUEUE, MAX_LAUNCH, DaemonLaunch, Launched, Worker, WorkerStatus
 from lakeshore.sdk import Client
@@ -80,16 +81,6 @@ def update(ref: str, add: tuple[str, ...], remove: tuple[str, ...]) -> None:
     run(lambda c: c.worker_queues(ref, add=list(add), remove=list(remove)), output.worker)
 
 
-def _labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in value:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not of the form KEY=VALUE", ctx, param)
-        out[key] = val
-    return out
-
-
 _TIMEOUT = click.option(
     "--timeout",
     "timeout_s",
@@ -105,7 +96,7 @@ _TIMEOUT = click.option(
 @click.option("--queue", "queues", multiple=True, metavar="Q", help="Pull from Q (repeatable).")
 @click.option("--count", type=click.IntRange(1, MAX_LAUNCH), default=1, show_default=True)
 @click.option("--name", required=True, help="NAME for one daemon, NAME-00 … for several.")
-@click.option("--label", "labels", multiple=True, callback=_labels, metavar="K=V")
+@click.option("--label", "labels", multiple=True, callback=key_value_pairs, metavar="K=V")
 @click.option("--wait", is_flag=True, help="Return once every daemon has registered.")
 @_TIMEOUT
 def launch(

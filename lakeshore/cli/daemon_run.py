@@ -14,18 +14,9 @@ import sys
 
 import click
 
+from lakeshore.cli.options import key_value_pairs
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import validate_name
-
-
-def _labels(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in value:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not of the form KEY=VALUE", ctx, param)
-        out[key] = val
-    return out
 
 
 def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
@@ -48,7 +39,7 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     "--label",
     "labels",
     multiple=True,
-    callback=_labels,
+    callback=key_value_pairs,
     metavar="K=V",
     help="A label the controller matches queues against (repeatable).",
 )

@@ -11,17 +11,8 @@ import msgspec
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run
+from lakeshore.cli.options import key_value_pairs
 from lakeshore.model import Provider, ProviderKind
-
-
-def _pairs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for item in value:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not of the form KEY=VALUE", ctx, param)
-        out[key] = val
-    return out
 
 
 def _table(rows: list[Provider]) -> str:
@@ -59,7 +50,7 @@ def providers() -> None:
     "--config",
     "config",
     multiple=True,
-    callback=_pairs,
+    callback=key_value_pairs,
     metavar="K=V",
     help="A setting kept on the provider (repeatable).",
 )

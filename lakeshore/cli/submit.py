@@ -18,6 +18,7 @@ import click
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreCommand, settings
 from lakeshore.cli.jobs import show_result
+from lakeshore.cli.options import key_values
 from lakeshore.model import InvocationSubmit
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import poll_result
@@ -34,16 +35,6 @@ def _json_option(value: str | None, name: str, kind: type) -> Any:
         what = "array" if kind is list else "object"
         raise click.BadParameter(f"must be a JSON {what}, got {value!r}", param_hint=name)
     return parsed
-
-
-def _env(pairs: tuple[str, ...]) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--env")
-        env[key] = value
-    return env
 
 
 def build(
@@ -71,7 +62,9 @@ def build(
         raise click.UsageError("--args and --kwargs go with --fn, not with a command")
     given = {k: v for k, v in options.items() if v is not None}
     if command:
-        return InvocationSubmit(command=list(command), env=_env(env), **given)
+        return InvocationSubmit(
+            command=list(command), env=key_values(env, param_hint="--env"), **given
+        )
     return InvocationSubmit(
         fn=fn,
         args=_json_option(args, "--args", list),

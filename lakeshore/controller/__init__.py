@@ -14,7 +14,7 @@ from lakeshore.controller.decisions import (
     Scope,
     TickResult,
 )
-from lakeshore.controller.fleet import satisfies, serves
+from lakeshore.controller.fleet import satisfies
 from lakeshore.controller.policies import desired, idle_wait_s
 from lakeshore.controller.pools import fair_shares
 from lakeshore.controller.rules import tick
@@ -46,6 +46,5 @@ __all__ = [
     "fair_shares",
     "idle_wait_s",
     "satisfies",
-    "serves",
     "tick",
 ]

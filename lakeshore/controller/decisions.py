@@ -10,20 +10,12 @@ recomputed and explained without the snapshot.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from msgspec import Struct
 
 from lakeshore.controller.snapshot import QueueLoad
-from lakeshore.model import Queue
-
-
-class Scope(StrEnum):
-    #: a queue scaled on its own
-    QUEUE = "queue"
-    #: a pool of queues scaled as one fleet
-    POOL = "pool"
+from lakeshore.model import Queue, Scope
 
 
 class Launch(Struct, frozen=True, kw_only=True, tag="launch"):

@@ -33,17 +33,6 @@ _HEARTBEATING = frozenset(
 _UP = frozenset({WorkerStatus.STARTING, WorkerStatus.IDLE, WorkerStatus.BUSY})
 
 
-def serves(worker: Worker, queue: str) -> bool:
-    """Whether ``worker`` pulls from ``queue`` by its membership (``[]`` is the default).
-
-    The same rule as the WorkerRegistry's; restated here so the rule book stays free of
-    the actor runtime's imports.
-    """
-    if queue == DEFAULT_QUEUE:
-        return not worker.queues or DEFAULT_QUEUE in worker.queues
-    return queue in worker.queues
-
-
 def satisfies(labels: dict[str, str], match: dict[str, str]) -> bool:
     """Whether a daemon with ``labels`` may serve a queue with ``match``: every pair equal."""
     return all(labels.get(k) == v for k, v in match.items())

@@ -1,9 +1,10 @@
 """What ``lakeshore controller status`` and ``pending_reason`` read of the last tick.
 
-The ControllerActor keeps the last tick's :class:`UnitStatus` rows (one per queue and per
-pool, built from the rule book's explanations) and the live steal leases; the route
-answers them as a :class:`ControllerStatus`. :func:`pending_hint` turns the same rows into
-the controller's part of a pending job's ``pending_reason``.
+The ControllerActor keeps the last tick's :class:`~lakeshore.model.UnitStatus` rows (one
+per queue and per pool, built from the rule book's explanations) and the live steal
+leases; the route answers them as a :class:`~lakeshore.model.ControllerStatus`.
+:func:`pending_hint` turns the same rows into the controller's part of a pending job's
+``pending_reason``.
 
 Pure: no I/O, no clock.
 """
@@ -12,64 +13,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 
-from msgspec import Struct
-
-from lakeshore.controller.decisions import Explanation, Scope
+from lakeshore.controller.decisions import Explanation
 from lakeshore.controller.pools import pool_cap
 from lakeshore.controller.snapshot import QueueKey, QueueLoad
 from lakeshore.model import ElasticityKind, Queue, QueueState
+from lakeshore.model.controller import Scope, UnitStatus
 
 #: ``(namespace, scope, name)`` of a status row.
 UnitKey = tuple[str, Scope, str]
-
-
-class UnitStatus(Struct, frozen=True, kw_only=True):
-    """One scaling unit (a queue, or a pool) as the last tick saw it."""
-
-    namespace: str
-    scope: Scope
-    #: the queue's or the pool's name
-    name: str
-    #: for a queue in a pool, the pool's name
-    pool: str | None = None
-    #: the policy in a few words: ``elastic 1..4``, ``fixed``, ``pool max 6``
-    policy: str
-    #: the most managed daemons: the queue's ``max``, or the pool's cap
-    max: int
-    #: managed daemons wanted (a pool member: its share of the pool)
-    desired: int
-    #: managed daemons up and registered (idle or busy)
-    actual: int
-    #: managed daemons launched and not registered yet, this tick's launches included
-    launching: int
-    #: why, with the numbers the rule book used
-    reason: str
-    #: the last failure to apply a decision for this unit (it is retried every tick)
-    error: str | None = None
-
-
-class LeaseStatus(Struct, frozen=True, kw_only=True):
-    """A live steal lease: ``worker`` may pull from ``queue`` after its own until ``until``."""
-
-    worker_id: str
-    worker: str
-    queue: str
-    until: datetime
-
-
-class ControllerStatus(Struct, frozen=True, kw_only=True):
-    """``GET /v1/namespaces/:ns/controller``: the namespace's units and leases."""
-
-    namespace: str
-    #: ticks run since the control plane started (0: none yet, the lists are empty)
-    ticks: int
-    #: when the last tick's snapshot was taken
-    tick_at: datetime | None = None
-    #: queues first, then pools, each by name
-    units: list[UnitStatus] = []
-    leases: list[LeaseStatus] = []
 
 
 def policy_of(q: Queue) -> str:

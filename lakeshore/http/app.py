@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from lakeshore.http import (
@@ -19,10 +17,8 @@ from lakeshore.http import (
 )
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
-from lakeshore.http.state import PLANE
-
-if TYPE_CHECKING:
-    from lakeshore.plane import ControlPlane
+from lakeshore.http.state import ACCESS, CONNECTED, FLEET, JOBS, QUEUES
+from lakeshore.services import Services
 
 ROUTE_MODULES = (
     meta,
@@ -39,11 +35,15 @@ ROUTE_MODULES = (
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-def make_app(plane: ControlPlane) -> web.Application:
+def make_app(services: Services) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware, auth_middleware], client_max_size=MAX_BODY_BYTES
     )
-    app[PLANE] = plane
+    app[ACCESS] = services.access
+    app[JOBS] = services.jobs
+    app[QUEUES] = services.queues
+    app[FLEET] = services.fleet
+    app[CONNECTED] = services.connected
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from lakeshore.access import Caller
-from lakeshore.http.state import PLANE
+from lakeshore.http.state import ACCESS
 from lakeshore.model import Namespace
 
 CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
@@ -16,9 +16,7 @@ PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json"})
 @web.middleware
 async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
     if request.path not in PUBLIC_PATHS:
-        request[CALLER] = await request.app[PLANE].access.identify(
-            request.headers.get("Authorization")
-        )
+        request[CALLER] = await request.app[ACCESS].identify(request.headers.get("Authorization"))
     return await handler(request)
 
 
@@ -28,4 +26,4 @@ def caller(request: web.Request) -> Caller:
 
 async def namespace(request: web.Request) -> Namespace:
     """The ``:ns`` of the path, once the caller is allowed to act on it (404 / 403)."""
-    return await request.app[PLANE].access.authorize(caller(request), request.match_info["ns"])
+    return await request.app[ACCESS].authorize(caller(request), request.match_info["ns"])

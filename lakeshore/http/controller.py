@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from lakeshore.actors.controller import Status
-from lakeshore.controller.status import ControllerStatus
 from lakeshore.http.auth import namespace
 from lakeshore.http.routes import Routes, reply
-from lakeshore.http.state import PLANE
+from lakeshore.http.state import FLEET
+from lakeshore.model import ControllerStatus
 
 routes = Routes()
 
@@ -22,4 +21,4 @@ routes = Routes()
 )
 async def status(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    return reply(await request.app[PLANE].controller.ask(Status(ns.name)))
+    return reply(await request.app[FLEET].controller_status(ns.name))

@@ -1,13 +1,12 @@
-"""The daemon launch route: thin — authorise, ask the Launcher, answer 202."""
+"""The daemon launch route: thin — authorise, ask the FleetService, answer 202."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from lakeshore.actors.launcher import Launch
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
-from lakeshore.http.state import PLANE
+from lakeshore.http.state import FLEET
 from lakeshore.model import DaemonLaunch, Launched
 
 routes = Routes()
@@ -24,7 +23,5 @@ routes = Routes()
 async def launch(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, DaemonLaunch)
-    launched = await request.app[PLANE].launcher.ask(
-        Launch(ns.name, body, caller(request).token_id)
-    )
+    launched = await request.app[FLEET].launch(ns.name, body, caller(request).token_id)
     return reply(launched, status=202)

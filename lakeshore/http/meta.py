@@ -11,7 +11,7 @@ from msgspec import Struct
 from lakeshore import __version__
 from lakeshore.errors import Unavailable
 from lakeshore.http.routes import RouteDoc, Routes, reply
-from lakeshore.http.state import PLANE
+from lakeshore.http.state import CONNECTED
 from lakeshore.model import ErrorBody
 
 routes = Routes()
@@ -26,8 +26,7 @@ class Health(Struct, frozen=True):
     "GET", "/v1/healthz", "Ready: NATS connected and the store open", answer=Health, public=True
 )
 async def healthz(request: web.Request) -> web.Response:
-    plane = request.app[PLANE]
-    if not plane.bus.connected:
+    if not request.app[CONNECTED]():
         raise Unavailable("NATS is not connected")
     return reply(Health("ok", __version__))
 

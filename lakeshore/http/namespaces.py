@@ -9,7 +9,7 @@ from lakeshore import access
 from lakeshore.errors import TokenNotFound
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
-from lakeshore.http.state import PLANE
+from lakeshore.http.state import ACCESS
 from lakeshore.model import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
 
 routes = Routes()
@@ -34,13 +34,13 @@ class TokenList(Struct, frozen=True):
 async def create(request: web.Request) -> web.Response:
     body = await decode_body(request, NamespaceCreate)
     org = access.visible_org(caller(request), body.org)
-    ns = await request.app[PLANE].access.create_namespace(body.name, org)
+    ns = await request.app[ACCESS].create_namespace(body.name, org)
     return reply(ns, status=201)
 
 
 @routes.route("GET", "/v1/namespaces", "The namespaces this token may use", answer=NamespaceList)
 async def list_namespaces(request: web.Request) -> web.Response:
-    rows = await request.app[PLANE].store.list_namespaces(caller(request).org)
+    rows = await request.app[ACCESS].list_namespaces(caller(request).org)
     return reply(NamespaceList(rows))
 
 
@@ -60,21 +60,21 @@ async def show(request: web.Request) -> web.Response:
 async def create_token(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, TokenCreate)
-    token = await request.app[PLANE].access.issue_token(ns.name, body.description)
+    token = await request.app[ACCESS].issue_token(ns.name, body.description)
     return reply(token, status=201)
 
 
 @routes.route("GET", "/v1/namespaces/{ns}/tokens", "The namespace's live tokens", answer=TokenList)
 async def list_tokens(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    return reply(TokenList(await request.app[PLANE].store.list_tokens(ns.name)))
+    return reply(TokenList(await request.app[ACCESS].list_tokens(ns.name)))
 
 
 @routes.route("DELETE", "/v1/namespaces/{ns}/tokens/{id}", "Revoke a token", answer=Token)
 async def revoke_token(request: web.Request) -> web.Response:
     ns = await namespace(request)
     token_id = request.match_info["id"]
-    token = await request.app[PLANE].access.revoke_token(ns.name, token_id)
+    token = await request.app[ACCESS].revoke_token(ns.name, token_id)
     if token is None:
         raise TokenNotFound(ns.name, token_id)
     return reply(token)

@@ -1,12 +1,17 @@
-"""Typed application state shared by the route modules."""
+"""Typed application state: one key per service, so a route module reads only what it uses."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from lakeshore.plane import ControlPlane
+from lakeshore.access import Access
+from lakeshore.services import FleetService, JobService, QueueService
 
-PLANE: web.AppKey[ControlPlane] = web.AppKey("plane")
+ACCESS: web.AppKey[Access] = web.AppKey("access", Access)
+JOBS: web.AppKey[JobService] = web.AppKey("jobs", JobService)
+QUEUES: web.AppKey[QueueService] = web.AppKey("queues", QueueService)
+FLEET: web.AppKey[FleetService] = web.AppKey("fleet", FleetService)
+#: whether the control plane's NATS connection is up
+CONNECTED: web.AppKey[Callable[[], bool]] = web.AppKey("connected")

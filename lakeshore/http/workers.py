@@ -1,16 +1,14 @@
-"""Worker routes: list, show, and edit queue membership (``Worker.queues``)."""
+"""Worker routes: list, show, edit queue membership (``Worker.queues``), retire."""
 
 from __future__ import annotations
 
 from aiohttp import web
 from msgspec import Struct
 
-from lakeshore.actors.workers import EditQueues, Retire
-from lakeshore.errors import WorkerNotFound
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
-from lakeshore.http.state import PLANE
-from lakeshore.model import DaemonControl, MembershipEdit, Worker
+from lakeshore.http.state import FLEET
+from lakeshore.model import MembershipEdit, Worker
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/workers"
@@ -23,17 +21,13 @@ class WorkerList(Struct, frozen=True):
 @routes.route("GET", BASE, "The namespace's workers", answer=WorkerList)
 async def list_workers(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    return reply(WorkerList(await request.app[PLANE].store.list_workers(ns.name)))
+    return reply(WorkerList(await request.app[FLEET].list_workers(ns.name)))
 
 
 @routes.route("GET", BASE + "/{id}", "One worker, by id or name", answer=Worker)
 async def show(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    ref = request.match_info["id"]
-    worker = await request.app[PLANE].store.get_worker(ns.name, ref)
-    if worker is None:
-        raise WorkerNotFound(ns.name, ref)
-    return reply(worker)
+    return reply(await request.app[FLEET].worker(ns.name, request.match_info["id"]))
 
 
 @routes.route(
@@ -46,10 +40,10 @@ async def show(request: web.Request) -> web.Response:
 async def edit_queues(request: web.Request) -> web.Response:
     ns = await namespace(request)
     body = await decode_body(request, MembershipEdit)
-    edit = EditQueues(
-        ns.name, request.match_info["id"], body.add, body.remove, caller(request).token_id
+    worker = await request.app[FLEET].edit_queues(
+        ns.name, request.match_info["id"], body, caller(request).token_id
     )
-    return reply(await request.app[PLANE].workers.ask(edit))
+    return reply(worker)
 
 
 @routes.route(
@@ -61,7 +55,4 @@ async def edit_queues(request: web.Request) -> web.Response:
 )
 async def retire(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    plane = request.app[PLANE]
-    worker = await plane.workers.ask(Retire(ns.name, request.match_info["id"]))
-    await plane.bus.send_control(ns.name, worker.id, DaemonControl(retire=True))
-    return reply(worker, status=202)
+    return reply(await request.app[FLEET].retire(ns.name, request.match_info["id"]), status=202)

@@ -5,6 +5,7 @@ Wire types evolve by adding defaulted fields at the end. Request bodies (``*Crea
 """
 
 from lakeshore.model.access import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
+from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
 from lakeshore.model.daemon import DaemonControl, Heartbeat, HeartbeatReply, StealGrant
 from lakeshore.model.invocations import (
     MAX_BATCH,
@@ -56,8 +57,16 @@ from lakeshore.model.queues import (
     QueuePatch,
     QueueState,
     QueueStats,
+    levels_of,
 )
-from lakeshore.model.workers import Member, MembershipEdit, Worker, WorkerRegister, WorkerStatus
+from lakeshore.model.workers import (
+    Member,
+    MembershipEdit,
+    Worker,
+    WorkerRegister,
+    WorkerStatus,
+    serves,
+)
 
 __all__ = [
     "MAX_BATCH",
@@ -117,4 +126,10 @@ __all__ = [
     "WorkerStatus",
     "now",
     "validate_name",
+    "ControllerStatus",
+    "LeaseStatus",
+    "Scope",
+    "UnitStatus",
+    "levels_of",
+    "serves",
 ]

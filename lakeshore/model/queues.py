@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from lakeshore.model.names import Name, NonNegFloat, NonNegInt
+from lakeshore.model.names import PRIORITY_LEVELS, Name, NonNegFloat, NonNegInt
 from lakeshore.model.workers import Member
 
 
@@ -17,6 +17,11 @@ class QueueKind(StrEnum):
     FIFO = "fifo"
     #: ten levels p0..p9, the highest non-empty level is claimed first
     PRIORITY = "priority"
+
+
+def levels_of(kind: QueueKind) -> int:
+    """How many priority levels (streams' subjects and consumers) a queue of ``kind`` has."""
+    return PRIORITY_LEVELS if kind is QueueKind.PRIORITY else 1
 
 
 class QueueState(StrEnum):
@@ -127,6 +132,8 @@ class QueueStats(Struct, frozen=True, kw_only=True):
     wait_p50_s: float | None = None
     #: 95th percentile of the same wait (seconds)
     wait_p95_s: float | None = None
+    #: submits waiting for room in a full ``block`` queue now
+    waiting_submits: int = 0
 
 
 class QueueEvent(Struct, frozen=True, kw_only=True):

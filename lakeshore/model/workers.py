@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from msgspec import Struct
 
+from lakeshore.model.names import DEFAULT_QUEUE
+
 
 class WorkerStatus(StrEnum):
     #: launched, not yet heartbeating
@@ -65,3 +67,13 @@ class WorkerRegister(Struct, frozen=True, kw_only=True):
     labels: dict[str, str] = {}
     provider: str = "external"
     managed: bool = False
+
+
+def serves(worker: Worker, queue: str) -> bool:
+    """Whether ``worker`` pulls from ``queue`` by its membership array.
+
+    ``[]`` is the default queue; a literal ``default`` entry is accepted too.
+    """
+    if queue == DEFAULT_QUEUE:
+        return not worker.queues or DEFAULT_QUEUE in worker.queues
+    return queue in worker.queues

@@ -1,7 +1,7 @@
 """What a provider backend does, and which providers a namespace has.
 
 A *provider row* (:class:`lakeshore.model.Provider`) names where daemons run; a *backend*
-(:class:`Provider` below, one per :class:`~lakeshore.model.ProviderKind`) does the work
+(:class:`Backend` below, one per :class:`~lakeshore.model.ProviderKind`) does the work
 for every row of its kind. Every namespace has the built-in ``local`` provider, which is
 not stored.
 """
@@ -12,11 +12,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from lakeshore.errors import NotFound
-from lakeshore.model import BUILTIN_PROVIDER, Namespace, ProviderKind, Worker
-from lakeshore.model import Provider as ProviderRow
+from lakeshore.model import BUILTIN_PROVIDER, Namespace, Provider, ProviderKind, Worker
 
 if TYPE_CHECKING:
-    from lakeshore.store import Store
+    from lakeshore.store.port import ProviderRows
 
 #: Called once when a launched daemon's process has ended:
 #: ``(worker, returncode or None if it never started, reason, requested)`` where
@@ -24,10 +23,10 @@ if TYPE_CHECKING:
 ExitCallback = Callable[[Worker, int | None, str, bool], None]
 
 
-class Provider(Protocol):
+class Backend(Protocol):
     """A backend that starts and stops daemons for the provider rows of one kind."""
 
-    def check_launch(self, provider: ProviderRow, nats_url: str) -> None:
+    def check_launch(self, provider: Provider, nats_url: str) -> None:
         """Refuse, before any worker row exists, a launch this backend cannot do.
 
         Raises:
@@ -52,14 +51,14 @@ class Provider(Protocol):
         """Stop every process this backend started, within a few seconds."""
 
 
-def builtin(ns: Namespace) -> ProviderRow:
+def builtin(ns: Namespace) -> Provider:
     """The namespace's built-in ``local`` provider (it exists as long as the namespace)."""
-    return ProviderRow(
+    return Provider(
         name=BUILTIN_PROVIDER, namespace=ns.name, kind=ProviderKind.LOCAL, created_at=ns.created_at
     )
 
 
-async def find_provider(store: Store, ns: Namespace, name: str) -> ProviderRow:
+async def find_provider(store: ProviderRows, ns: Namespace, name: str) -> Provider:
     """The provider ``name`` of ``ns``, built-in or stored.
 
     Raises:
@@ -77,6 +76,6 @@ async def find_provider(store: Store, ns: Namespace, name: str) -> ProviderRow:
     return row
 
 
-async def list_providers(store: Store, ns: Namespace) -> list[ProviderRow]:
+async def list_providers(store: ProviderRows, ns: Namespace) -> list[Provider]:
     """The built-in ``local`` first, then the stored rows by name."""
     return [builtin(ns), *await store.list_providers(ns.name)]

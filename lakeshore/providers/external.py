@@ -7,14 +7,13 @@ with the command that starts one instead.
 from __future__ import annotations
 
 from lakeshore.errors import Conflict
-from lakeshore.model import Provider as ProviderRow
-from lakeshore.model import Worker
+from lakeshore.model import Provider, Worker
 
 
 class ExternalProvider:
     """Refuses launches; has no processes to stop."""
 
-    def check_launch(self, provider: ProviderRow, nats_url: str) -> None:
+    def check_launch(self, provider: Provider, nats_url: str) -> None:
         """Always refuses (409), naming the ``lakeshore daemon run`` command to use."""
         raise Conflict(
             f"provider {provider.name!r} is external: the control plane does not start its "

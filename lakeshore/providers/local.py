@@ -21,14 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakeshore.model import Provider as ProviderRow
-from lakeshore.model import Worker, now
+from lakeshore.model import Provider, Worker, now
 from lakeshore.providers.base import ExitCallback
 
 log = logging.getLogger(__name__)
 
 #: ``lakeshore daemon run`` with this very interpreter (and so this very lakeshore).
-DAEMON_COMMAND = (sys.executable, "-m", "lakeshore.daemon")
+DAEMON_COMMAND = (sys.executable, "-m", "lakeshore", "daemon", "run")
 #: How much of the end of a daemon's log is quoted when it exits unexpectedly.
 _TAIL_BYTES = 2048
 _TAIL_LINES = 3
@@ -115,7 +114,7 @@ class LocalProvider:
         await asyncio.shield(child.watcher)
         return child.proc.returncode
 
-    def check_launch(self, provider: ProviderRow, nats_url: str) -> None:
+    def check_launch(self, provider: Provider, nats_url: str) -> None:
         """Local launches are always possible."""
 
     async def launch(self, workers: list[Worker], nats_url: str) -> None:

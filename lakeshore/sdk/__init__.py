@@ -5,7 +5,8 @@ The decorator itself is ``lakeshore.udf``; it is not re-exported here, where its
 hide the :mod:`lakeshore.sdk.udf` module.
 """
 
-from lakeshore.sdk.client import Call, Client
+from lakeshore.sdk.call import Call
+from lakeshore.sdk.client import Client
 from lakeshore.sdk.invocation import Invocation, JobCancelled, JobDropped, JobFailed, RemoteError
 from lakeshore.sdk.sync import configure
 from lakeshore.sdk.udf import Udf

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
 import msgspec
-from msgspec import Struct
 
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
@@ -32,6 +31,7 @@ from lakeshore.model import (
 from lakeshore.store import _rows, fences
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
 from lakeshore.store.fences import ACCEPTED, FENCE_COLUMNS, STATE, TERMINAL_TYPES
+from lakeshore.store.port import JobRecord, QueueActivity
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -116,29 +116,6 @@ _WAITS = """WITH w AS (
     )
     SELECT quantile_cont(epoch(first_started - submitted_at), [0.5, 0.95])
     FROM f WHERE first_started >= ? AND submitted_at IS NOT NULL"""
-
-
-class JobRecord(Struct, frozen=True, kw_only=True):
-    """A job as the routes need it: what users see, plus the attempt tokens behind it."""
-
-    job: JobDetail
-    #: stream sequence of the invocation's message (from ``submitted``); what a cancel deletes
-    seq: int | None = None
-    #: epoch of the accepted ``succeeded``/``failed``: the key of its ``Result``
-    result_epoch: int | None = None
-
-
-class QueueActivity(Struct, frozen=True, kw_only=True):
-    """A queue's recorded history over a recent window."""
-
-    submitted: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    #: submitted → first started, over invocations first started in the window (seconds)
-    wait_p50_s: float | None = None
-    wait_p95_s: float | None = None
-    #: ``submitted_at`` of the oldest invocation pending now (at any time, not just the window)
-    oldest_pending_at: datetime | None = None
 
 
 def list_jobs(

@@ -105,7 +105,7 @@ async def test_an_external_provider_refuses_with_the_daemon_run_hint(cli, contro
 
 
 async def test_launch_wait_fails_when_a_daemon_dies_before_registering(cli, control_plane):
-    control_plane.plane.providers[ProviderKind.LOCAL].command = (
+    control_plane.plane.parts.providers[ProviderKind.LOCAL].command = (
         sys.executable, "-c", "import sys; sys.exit('boom: no nats here')",
     )  # fmt: skip
     result = await cli("daemon", "launch", "--name", "doomed", "--wait", expect=API_ERROR)

@@ -58,7 +58,7 @@ async def caught_up(control_plane, js) -> None:
     read its records, which trail a submit's answer by moments."""
     last = (await js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
     async with asyncio.timeout(10):
-        await (await control_plane.plane.recorder.ask(WaitRecorded(last)))
+        await (await control_plane.plane.parts.recorder.ask(WaitRecorded(last)))
 
 
 async def stored(js, stream: str = "LS_default_cpu-prep") -> list[Invocation]:

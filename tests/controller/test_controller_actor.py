@@ -15,18 +15,20 @@ from typing import Any
 import msgspec
 import pytest
 from click.testing import CliRunner
+from polling import eventually
 
-from lakeshore.actors.workers import Beat
-from lakeshore.actors.workers import Snapshot as WorkerRows
+from lakeshore.actors.workers import Beat, ListWorkers
 from lakeshore.cli.main import lakeshore
 from lakeshore.controller import POOL_LABEL, QUEUE_LABEL, QueueLoad, Scope
-from lakeshore.controller.status import ControllerStatus, UnitStatus, pending_hint
+from lakeshore.controller.status import pending_hint
 from lakeshore.controller.tracking import Tracker
 from lakeshore.model import (
+    ControllerStatus,
     Elasticity,
     Heartbeat,
     ProviderKind,
     Queue,
+    UnitStatus,
     Worker,
     WorkerStatus,
     now,
@@ -77,7 +79,7 @@ class Bench:
         return next(w for w in await self.workers() if w.id == row["id"])
 
     async def workers(self) -> list[Worker]:
-        return await self.plane.workers.ask(WorkerRows(NS))
+        return await self.plane.parts.workers.ask(ListWorkers(NS))
 
     async def worker_in(self, worker_id: str, statuses: frozenset[WorkerStatus]) -> bool:
         return any(w.id == worker_id and w.status in statuses for w in await self.workers())
@@ -91,20 +93,26 @@ class Bench:
         ]
 
     async def wait_managed(self, queue: str, count: int, statuses=UP) -> list[Worker]:
-        async with asyncio.timeout(WAIT_S):
-            while len(found := await self.managed(queue, statuses)) != count:
-                await asyncio.sleep(0.05)
-        return found
+        return await eventually(
+            lambda: self.managed(queue, statuses),
+            until=lambda found: len(found) == count,
+            timeout_s=WAIT_S,
+            every_s=0.05,
+            what=f"{count} managed daemons of queue {queue}",
+        )
 
     async def events(self, queue: str, type_: str) -> list[Any]:
-        rows = await self.plane.store.list_queue_events(NS, queue, limit=500, verbose=True)
+        rows = await self.plane.parts.store.list_queue_events(NS, queue, limit=500, verbose=True)
         return [e for e in reversed(rows) if e.type == type_]
 
     async def wait_events(self, queue: str, type_: str, count: int = 1) -> list[Any]:
-        async with asyncio.timeout(WAIT_S):
-            while len(found := await self.events(queue, type_)) < count:
-                await asyncio.sleep(0.05)
-        return found
+        return await eventually(
+            lambda: self.events(queue, type_),
+            until=lambda found: len(found) >= count,
+            timeout_s=WAIT_S,
+            every_s=0.05,
+            what=f"{count} {type_} events of queue {queue}",
+        )
 
     async def status(self) -> dict[str, Any]:
         status, body = await self.api.get(f"{BASE}/controller")
@@ -117,12 +125,13 @@ class Bench:
 
     async def wait_unit(self, name: str, scope: str = "queue", **expected: Any) -> dict[str, Any]:
         """Wait until the status row shows ``expected`` (the status trails by a tick)."""
-        async with asyncio.timeout(WAIT_S):
-            while True:
-                unit = await self.unit(name, scope)
-                if unit and all(unit[k] == v for k, v in expected.items()):
-                    return unit
-                await asyncio.sleep(0.05)
+        return await eventually(
+            lambda: self.unit(name, scope),
+            until=lambda unit: unit and all(unit[k] == v for k, v in expected.items()),
+            timeout_s=WAIT_S,
+            every_s=0.05,
+            what=f"{scope} unit {name} showing {expected}",
+        )
 
     async def ticks(self, count: int) -> None:
         """Return once the controller has ticked ``count`` more times."""
@@ -138,9 +147,7 @@ class Bench:
         return body
 
     async def until(self, cond: Callable[[], Awaitable[bool]], timeout_s: float = WAIT_S) -> None:
-        async with asyncio.timeout(timeout_s):
-            while not await cond():
-                await asyncio.sleep(0.05)
+        await eventually(cond, timeout_s=timeout_s, every_s=0.05)
 
 
 @pytest.fixture
@@ -193,7 +200,7 @@ async def test_elastic_keeps_min_replaces_a_sigkilled_daemon_and_stops_at_max(be
     await bench.queue("el", kind="elastic", min=2, max=3, target_pending=1)
     first = await bench.wait_managed("el", 2)
     victim = first[0]
-    os.kill(bench.plane.providers[ProviderKind.LOCAL].pid(victim.id), signal.SIGKILL)
+    os.kill(bench.plane.parts.providers[ProviderKind.LOCAL].pid(victim.id), signal.SIGKILL)
 
     [replaced] = await bench.wait_events("el", "daemon_replaced")
     assert replaced.detail["lost"] == victim.id
@@ -297,7 +304,7 @@ async def test_an_idle_daemon_is_lent_after_steal_delay_s_and_never_before(bench
     [lease] = (await bench.status())["leases"]
     assert (lease["worker"], lease["queue"]) == ("thief", "victim")
     beat = Heartbeat(worker_id=thief.id, namespace=NS, status=WorkerStatus.IDLE, ts=now())
-    reply = await bench.plane.workers.ask(Beat(beat))
+    reply = await bench.plane.parts.workers.ask(Beat(beat))
     assert [g.queue for g in reply.steal] == ["victim"]
 
 
@@ -328,7 +335,7 @@ async def test_a_daemon_whose_labels_do_not_satisfy_match_never_steals(bench):
 
 async def test_status_route_sdk_and_cli_show_a_launch_in_flight(bench, monkeypatch, tmp_path):
     # A "daemon" that never registers: its launch stays in flight.
-    local = bench.plane.providers[ProviderKind.LOCAL]
+    local = bench.plane.parts.providers[ProviderKind.LOCAL]
     local.command = (sys.executable, "-c", "import signal; signal.pause()")
     await bench.queue("slow", kind="fully_elastic", max=2, target_pending=1)
     await bench.queue("still")

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from polling import eventually
+
 from lakeshore.bus import codec, subjects
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
 from lakeshore.model import DaemonControl, EventBatch, EventType, InvocationEvent, Result
@@ -83,9 +85,17 @@ class Bench:
 
     async def job_state(self, invocation_id: str, state: str, timeout_s: float = WAIT_S) -> None:
         """Wait until the control plane shows the job in ``state`` (its Recorder trails)."""
-        async with asyncio.timeout(timeout_s):
-            while (await self.api.get(f"{J}/{invocation_id}"))[1].get("state") != state:
-                await asyncio.sleep(0.02)
+
+        async def job_state() -> str | None:
+            return (await self.api.get(f"{J}/{invocation_id}"))[1].get("state")
+
+        await eventually(
+            job_state,
+            until=lambda shown: shown == state,
+            timeout_s=timeout_s,
+            every_s=0.02,
+            what=f"job {invocation_id} in state {state!r}",
+        )
 
     async def result(self, invocation_id: str, epoch: int) -> Result:
         kv = await self.js.key_value(subjects.RESULTS_BUCKET)
@@ -101,9 +111,13 @@ class Bench:
     async def drained(self, queue: str) -> None:
         """Wait until the queue's stream is empty: an outcome's event is stored before the
         daemon acks or terms the message, so the depth trails the event a moment."""
-        async with asyncio.timeout(WAIT_S):
-            while await self.depth(queue):
-                await asyncio.sleep(0.01)
+        await eventually(
+            lambda: self.depth(queue),
+            until=lambda depth: not depth,
+            timeout_s=WAIT_S,
+            every_s=0.01,
+            what=f"queue {queue}'s stream empty",
+        )
 
 
 class InProcess:
@@ -227,7 +241,9 @@ class ProcessPool:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "lakeshore.daemon",
+            "lakeshore",
+            "daemon",
+            "run",
             "--nats-url",
             url or self.url,
             "--name",
@@ -274,21 +290,23 @@ def alive(pid: int) -> bool:
 
 async def wait_gone(pid: int, timeout_s: float = 5.0) -> None:
     """Wait until ``pid`` has died; the kernel finishes a SIGKILL asynchronously."""
-    async with asyncio.timeout(timeout_s):
-        while alive(pid):
-            await asyncio.sleep(0.02)
+    await eventually(
+        lambda: not alive(pid), timeout_s=timeout_s, every_s=0.02, what=f"pid {pid} gone"
+    )
 
 
 async def wait_exists(path: Path, timeout_s: float = WAIT_S) -> None:
     """Wait until a job has created ``path`` (in its own process or thread)."""
-    async with asyncio.timeout(timeout_s):
-        while not path.exists():
-            await asyncio.sleep(0.02)
+    await eventually(path.exists, timeout_s=timeout_s, every_s=0.02, what=f"{path} created")
 
 
 async def wait_pid(path: Path, timeout_s: float = WAIT_S) -> int:
     """Wait until a command has written its pid and a newline to ``path``."""
-    async with asyncio.timeout(timeout_s):
-        while not (path.exists() and path.read_text().endswith("\n")):
-            await asyncio.sleep(0.02)
-    return int(path.read_text())
+    text = await eventually(
+        lambda: path.read_text() if path.exists() else None,
+        until=lambda text: text is not None and text.endswith("\n"),
+        timeout_s=timeout_s,
+        every_s=0.02,
+        what=f"a pid and a newline in {path}",
+    )
+    return int(text)

@@ -4,19 +4,13 @@ counts each invocation's success once and the rest as stale."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
+
+from polling import eventually
 
 from lakeshore.model import InvocationState
 
 Q = "/v1/namespaces/default/queues"
-
-
-async def _wait(predicate, timeout_s: float, every_s: float = 0.1):
-    async with asyncio.timeout(timeout_s):
-        while not (value := await predicate()):
-            await asyncio.sleep(every_s)
-        return value
 
 
 async def _states(api, ids: list[str]) -> dict[str, int]:
@@ -37,9 +31,17 @@ async def _states(api, ids: list[str]) -> dict[str, int]:
     return counts
 
 
-async def _all_succeeded(api, n: int) -> bool:
-    stats = (await api.get(Q + "/work/stats"))[1]
-    return stats["succeeded"] >= n and stats["pending"] == 0 and stats["running"] == 0
+async def _all_succeeded(api, n: int, timeout_s: float, every_s: float = 0.1) -> None:
+    async def stats() -> dict:
+        return (await api.get(Q + "/work/stats"))[1]
+
+    await eventually(
+        stats,
+        until=lambda s: s["succeeded"] >= n and s["pending"] == 0 and s["running"] == 0,
+        timeout_s=timeout_s,
+        every_s=every_s,
+        what=f"{n} succeeded and none pending or running in queue work",
+    )
 
 
 async def test_2000_invocations_survive_a_sigkilled_daemon(plane_factory, daemons_for):
@@ -53,9 +55,9 @@ async def test_2000_invocations_survive_a_sigkilled_daemon(plane_factory, daemon
         status, answer = await api.post(Q + "/work/invocations", {"invocations": batch})
         assert status == 202
         ids = answer["ids"]
-        await _wait(lambda: _ran_at_least(daemons, 300), 60)
+        await _ran_at_least(daemons, 300, timeout_s=60)
         daemons.signal("d0", signal.SIGKILL)
-        await _wait(lambda: _all_succeeded(api, 2000), 120)
+        await _all_succeeded(api, 2000, timeout_s=120)
         assert await _states(api, ids) == {"succeeded": 2000}
         runs = daemons.executions()
         assert set(runs) == set(range(2000))
@@ -69,8 +71,14 @@ async def test_2000_invocations_survive_a_sigkilled_daemon(plane_factory, daemon
         print(f"duplicate executions: {duplicates} (stale in the first 50: {stale})")
 
 
-async def _ran_at_least(daemons, n: int) -> bool:
-    return len(daemons.executions()) >= n
+async def _ran_at_least(daemons, n: int, timeout_s: float) -> None:
+    await eventually(
+        lambda: len(daemons.executions()),
+        until=lambda ran: ran >= n,
+        timeout_s=timeout_s,
+        every_s=0.1,
+        what=f"{n} executions",
+    )
 
 
 async def test_a_frozen_daemons_late_result_is_recorded_stale(plane_factory, daemons_for):
@@ -84,29 +92,37 @@ async def test_a_frozen_daemons_late_result_is_recorded_stale(plane_factory, dae
         )
         [inv_id] = answer["ids"]
 
-        async def started() -> bool:
-            job = (await api.get(f"/v1/namespaces/default/jobs/{inv_id}"))[1]
-            return job.get("state") == "running"
+        async def job() -> dict:
+            return (await api.get(f"/v1/namespaces/default/jobs/{inv_id}"))[1]
 
-        await _wait(started, 30)
+        await eventually(
+            job,
+            until=lambda j: j.get("state") == "running",
+            timeout_s=30,
+            every_s=0.1,
+            what=f"job {inv_id} running",
+        )
         daemons.signal("frozen", signal.SIGSTOP)
         await daemons.start("rescuer", "work")
-
-        async def done() -> dict | None:
-            job = (await api.get(f"/v1/namespaces/default/jobs/{inv_id}"))[1]
-            return job if job["state"] == "succeeded" else None
-
-        job = await _wait(done, 60)
-        assert job["attempt"] >= 2
+        done = await eventually(
+            job,
+            until=lambda j: j["state"] == "succeeded",
+            timeout_s=60,
+            every_s=0.1,
+            what=f"job {inv_id} succeeded",
+        )
+        assert done["attempt"] >= 2
         daemons.signal("frozen", signal.SIGCONT)
 
-        async def stale_recorded() -> dict | None:
-            job = (await api.get(f"/v1/namespaces/default/jobs/{inv_id}"))[1]
-            return job if job["stale"] >= 1 else None
-
-        job = await _wait(stale_recorded, 30)
-        assert job["state"] == "succeeded"
-        assert sum(a["outcome"] == "succeeded" for a in job["attempts"]) == 1
+        recorded = await eventually(
+            job,
+            until=lambda j: j["stale"] >= 1,
+            timeout_s=30,
+            every_s=0.1,
+            what=f"a stale result of job {inv_id} recorded",
+        )
+        assert recorded["state"] == "succeeded"
+        assert sum(a["outcome"] == "succeeded" for a in recorded["attempts"]) == 1
         assert daemons.executions()[7] == 2
 
 
@@ -123,11 +139,11 @@ async def test_nothing_is_lost_when_nats_is_killed_and_restarted(
         batch = [{"fn": "fault_targets:work", "args": [i, 0.01]} for i in range(500)]
         status, answer = await api.post(Q + "/work/invocations", {"invocations": batch})
         assert status == 202
-        await _wait(lambda: _ran_at_least(daemons, 100), 60)
+        await _ran_at_least(daemons, 100, timeout_s=60)
         port = nats.port
         await nats.kill()
         await nats_server_factory(store_dir=tmp_path / "nats", port=port)
-        await _wait(lambda: _all_succeeded(api, 500), 180, every_s=0.3)
+        await _all_succeeded(api, 500, timeout_s=180, every_s=0.3)
         assert await _states(api, answer["ids"]) == {"succeeded": 500}
         assert set(daemons.executions()) == set(range(500))
 

@@ -75,7 +75,7 @@ class Jobs:
         """Wait until the Recorder has recorded everything published so far."""
         last = (await self.js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
         async with asyncio.timeout(WAIT_S):
-            await (await self.plane.recorder.ask(WaitRecorded(last)))
+            await (await self.plane.parts.recorder.ask(WaitRecorded(last)))
 
 
 @pytest_asyncio.fixture
@@ -225,7 +225,7 @@ async def test_cancelling_a_pending_job_removes_it(jobs: Jobs) -> None:
 async def test_cancelling_a_running_job_tells_its_daemon(jobs: Jobs) -> None:
     [inv] = await jobs.submit("q")
     await jobs.daemon("q", inv, (EventType.CLAIMED, 1), (EventType.STARTED, 1), worker="w-abc")
-    control = await jobs.plane.bus.nc.subscribe(subjects.daemon_control_subject(NS, "w-abc"))
+    control = await jobs.plane.parts.bus.nc.subscribe(subjects.daemon_control_subject(NS, "w-abc"))
     status, body = await jobs.api.post(f"{J}/{inv}/cancel")
     assert (status, body["state"], body["worker"]) == (202, "running", "w-abc")
     async with asyncio.timeout(WAIT_S):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from nats.js import errors as jse
 
+from lakeshore.bus import subjects
 from lakeshore.model import DEFAULT_QUEUE_DESCRIPTION
 
 Q = "/v1/namespaces/default/queues"
@@ -91,11 +93,13 @@ async def test_repeating_a_transition_is_a_no_op(api):
     assert [e["type"] for e in events].count("drained") == 1
 
 
-async def test_rm_deletes_the_stream(api, plane, js):
+async def test_rm_deletes_the_stream(api, js):
     await api.post(Q, {"name": "gone"})
-    assert await plane.bus.queue_exists("default", "gone")
+    stream = subjects.queue_stream("default", "gone")
+    assert (await js.stream_info(stream)).config.name == stream
     await api.delete(Q + "/gone")
-    assert not await plane.bus.queue_exists("default", "gone")
+    with pytest.raises(jse.NotFoundError):
+        await js.stream_info(stream)
 
 
 async def test_paused_is_declared_but_no_route_sets_it(api):

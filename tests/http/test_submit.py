@@ -161,3 +161,61 @@ async def test_on_full_block_waits_for_room(api, js):
     assert status == 202
     status, body = await api.request("POST", Q + "/q/invocations?wait_s=-1", json=inv())
     assert status == 400
+
+
+async def _waiting_submits(api, queue: str, n: int) -> None:
+    """Return once ``n`` submits wait for room in ``queue`` (each poll is a request the
+    queue answers while they wait)."""
+    async with asyncio.timeout(20):
+        while (await api.get(f"{Q}/{queue}/stats"))[1]["waiting_submits"] != n:
+            await asyncio.sleep(0.02)
+
+
+async def test_a_waiting_submit_does_not_stall_its_queue(api, js):
+    await api.post(Q, {"name": "q", "max_depth": 1, "on_full": "block"})
+    await api.post(Q + "/q/invocations", inv())
+    blocked = asyncio.create_task(api.request("POST", Q + "/q/invocations?wait_s=60", json=inv()))
+    await _waiting_submits(api, "q", 1)
+    status, row = await api.get(Q + "/q")
+    assert (status, row["max_depth"]) == (200, 1)
+    assert not blocked.done()
+    status, row = await api.patch(Q + "/q", {"max_depth": 2})
+    assert (status, row["max_depth"]) == (200, 2)
+    async with asyncio.timeout(20):
+        status, body = await blocked
+    assert status == 202, body
+    assert [s.id for _, s in await _stored(js, "LS_default_q")][1:] == body["ids"]
+    assert (await api.get(Q + "/q/stats"))[1]["waiting_submits"] == 0
+
+
+async def test_waiting_submits_are_admitted_in_arrival_order(api, js):
+    await api.post(Q, {"name": "q", "max_depth": 1, "on_full": "block"})
+    await api.post(Q + "/q/invocations", inv())
+    first = asyncio.create_task(
+        api.request("POST", Q + "/q/invocations?wait_s=60", json=inv(args=[[1]]))
+    )
+    await _waiting_submits(api, "q", 1)
+    second = asyncio.create_task(
+        api.request("POST", Q + "/q/invocations?wait_s=60", json=inv(args=[[2]]))
+    )
+    await _waiting_submits(api, "q", 2)
+    await api.patch(Q + "/q", {"max_depth": 3})
+    async with asyncio.timeout(20):
+        (s1, b1), (s2, b2) = await asyncio.gather(first, second)
+    assert (s1, s2) == (202, 202)
+    assert [s.id for _, s in await _stored(js, "LS_default_q")][1:] == b1["ids"] + b2["ids"]
+
+
+async def test_a_waiting_submit_is_refused_when_its_wait_runs_out_or_the_queue_drains(api):
+    await api.post(Q, {"name": "q", "max_depth": 1, "on_full": "block"})
+    await api.post(Q + "/q/invocations", inv())
+    short = asyncio.create_task(api.request("POST", Q + "/q/invocations?wait_s=0.5", json=inv()))
+    async with asyncio.timeout(20):
+        status, body = await short
+    assert status == 429 and "max_depth 1 reached" in body["error"]["message"]
+    long = asyncio.create_task(api.request("POST", Q + "/q/invocations?wait_s=60", json=inv()))
+    await _waiting_submits(api, "q", 1)
+    assert (await api.post(Q + "/q/drain"))[0] == 200
+    async with asyncio.timeout(20):
+        status, body = await long
+    assert status == 409 and "draining" in body["error"]["message"]

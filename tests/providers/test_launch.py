@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import nats
 import pytest
 
-from lakeshore.actors.launcher import Stop
-from lakeshore.actors.workers import Snapshot
+from lakeshore.actors.launcher import StopDaemon
+from lakeshore.actors.workers import ListWorkers
 from lakeshore.errors import Conflict, WorkerNotFound
 from lakeshore.model import ProviderKind, WorkerStatus
 from lakeshore.providers import LocalProvider
@@ -59,7 +59,7 @@ async def heartbeats(nats_server) -> AsyncIterator[WaitBeats]:
 
 
 def local(plane) -> LocalProvider:
-    return plane.providers[ProviderKind.LOCAL]
+    return plane.parts.providers[ProviderKind.LOCAL]
 
 
 def gone(pid: int) -> bool:
@@ -167,9 +167,9 @@ async def test_a_daemon_whose_process_dies_is_lost_at_once(api, plane, heartbeat
     os.kill(local(plane).pid(row["id"]), signal.SIGKILL)
     async with asyncio.timeout(WAIT_S):
         assert await local(plane).wait_exited(row["id"]) == -signal.SIGKILL
-    [worker] = await plane.workers.ask(Snapshot("default"))
+    [worker] = await plane.parts.workers.ask(ListWorkers("default"))
     assert worker.status is WorkerStatus.LOST
-    [event] = await plane.store.list_queue_events("default", "q1", limit=1, verbose=True)
+    [event] = await plane.parts.store.list_queue_events("default", "q1", limit=1, verbose=True)
     assert event.type == "daemon_lost" and event.detail["exit_code"] == -signal.SIGKILL
     assert event.detail["reason"].startswith("killed by SIGKILL")
 
@@ -178,16 +178,16 @@ async def test_stop_forces_a_local_daemon_and_refuses_others(api, plane, heartbe
     _, body = await api.post(f"{NS}/daemons", {"name": "forced"})
     [row] = body["workers"]
     await heartbeats(row["id"])
-    await plane.launcher.ask(Stop("default", "forced"))
+    await plane.parts.launcher.ask(StopDaemon("default", "forced"))
     async with asyncio.timeout(WAIT_S):
         assert await local(plane).wait_exited(row["id"]) == 0
-    [worker] = await plane.workers.ask(Snapshot("default"))
+    [worker] = await plane.parts.workers.ask(ListWorkers("default"))
     assert worker.status is WorkerStatus.STOPPED
     await register("by-hand")
     with pytest.raises(Conflict, match="runs no process this control plane started"):
-        await plane.launcher.ask(Stop("default", "by-hand"))
+        await plane.parts.launcher.ask(StopDaemon("default", "by-hand"))
     with pytest.raises(WorkerNotFound):
-        await plane.launcher.ask(Stop("default", "nobody"))
+        await plane.parts.launcher.ask(StopDaemon("default", "nobody"))
 
 
 async def test_the_local_daemons_stop_with_the_control_plane(plane_factory, heartbeats):

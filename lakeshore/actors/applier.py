@@ -1,7 +1,7 @@
 """The controller's I/O: reading the backlog a tick decides from, applying its decisions.
 
-The rule book (the rest of this package) is pure; the ControllerActor uses this module to
-feed it and to act on what it returns, always through the owners of the state touched:
+The rule book (:mod:`lakeshore.controller`) is pure; the ControllerActor uses this module
+to feed it and to act on what it returns, always through the owners of the state touched:
 
 * a launch asks the Launcher (which has the WorkerRegistry make the rows, then starts the
   daemons on the queue's provider), marked ``managed``;
@@ -23,18 +23,15 @@ from typing import Any
 import msgspec
 
 from lakeshore.actors.base import ActorRef
-from lakeshore.actors.launcher import Launch as LaunchDaemons
-from lakeshore.actors.queue import levels_of
-from lakeshore.actors.workers import MarkLost as MarkWorkerLost
-from lakeshore.actors.workers import Retire as RetireWorker
-from lakeshore.actors.workers import SetLeases
+from lakeshore.actors.launcher import LaunchDaemons
+from lakeshore.actors.workers import MarkWorkerLost, RetireWorker, SetLeases
 from lakeshore.bus import codec
-from lakeshore.bus.nats import NatsBus
+from lakeshore.bus.port import Bus
 from lakeshore.controller.decisions import Launch, MarkLost, Retire
 from lakeshore.controller.records import Record, lost_detail
 from lakeshore.controller.snapshot import QueueKey, QueueLoad
-from lakeshore.model import DaemonLaunch, Invocation, Queue, StealGrant, Worker
-from lakeshore.store import Store
+from lakeshore.model import DaemonLaunch, Invocation, Queue, StealGrant, Worker, levels_of
+from lakeshore.store.port import QueueEventLog
 
 #: Queues whose backlog is read at the same time (each read is a few NATS requests).
 READ_CONCURRENCY = 64
@@ -42,9 +39,7 @@ READ_CONCURRENCY = 64
 _STEM_CHARS = 50
 
 
-async def read_loads(
-    bus: NatsBus, queues: Iterable[Queue], now: datetime
-) -> dict[QueueKey, QueueLoad]:
+async def read_loads(bus: Bus, queues: Iterable[Queue], now: datetime) -> dict[QueueKey, QueueLoad]:
     """The backlog of each queue, from JetStream: pending, running, oldest pending age.
 
     The age is ``now`` minus the oldest undelivered invocation's ``submitted_at``.
@@ -91,7 +86,9 @@ class Applier:
         launcher: the Launcher.
     """
 
-    def __init__(self, *, store: Store, workers: ActorRef[Any], launcher: ActorRef[Any]) -> None:
+    def __init__(
+        self, *, store: QueueEventLog, workers: ActorRef[Any], launcher: ActorRef[Any]
+    ) -> None:
         self._store, self._workers, self._launcher = store, workers, launcher
 
     async def launch(self, d: Launch) -> list[Worker]:

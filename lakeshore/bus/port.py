@@ -1,0 +1,118 @@
+"""What the control plane's actors need of NATS: the :class:`Bus` and :class:`Feed` ports.
+
+Two implementations pass the same contract tests (``tests/bus/test_bus_contract.py``):
+:class:`lakeshore.bus.nats.NatsBus` / :class:`lakeshore.bus.events.EventFeed` against a
+real nats-server, and :class:`lakeshore.bus.memory.InMemoryBus` (with its ``feed()``) for
+fast actor tests. Acks, redelivery and max-deliver are only ever tested against JetStream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lakeshore.model import DaemonControl, EventBatch, Result
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One invocation stored in its queue's stream."""
+
+    seq: int
+    #: the Nats-Msg-Id was seen inside the duplicate window: nothing new was stored
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """What the bus knows of one queue right now (eventually consistent)."""
+
+    #: stored and not yet delivered
+    pending: int
+    #: delivered and not yet acknowledged
+    running: int
+    #: every stored message, leftovers included
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One event message as the Recorder sees it; ack it with :meth:`Feed.ack`."""
+
+    batch: EventBatch
+    #: the message's ``LS_EVENTS`` stream sequence
+    seq: int
+    #: how many times it was delivered (1: never before, so it cannot have been recorded)
+    delivered: int
+    #: the implementation's handle on the message (a nats ``Msg``), opaque to callers
+    msg: Any
+
+
+class Bus(Protocol):
+    """The queues' streams, lifecycle events and daemon control, as the actors use them.
+
+    Every method raises :class:`~lakeshore.errors.Unavailable` when the bus cannot answer.
+    """
+
+    @property
+    def connected(self) -> bool: ...
+
+    async def ensure_queue(
+        self, namespace: str, queue: str, *, levels: int, max_depth: int | None
+    ) -> None:
+        """Create or update the queue's stream (idempotent); ``max_depth`` caps it."""
+
+    async def delete_queue(self, namespace: str, queue: str) -> None:
+        """Delete the queue's stream and every invocation in it (absent: no-op)."""
+
+    async def queue_counts(self, namespace: str, queue: str, *, levels: int) -> QueueCounts:
+        """Pending, running and stored counts (an unknown queue: all 0)."""
+
+    async def publish_work(
+        self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
+    ) -> list[Published | None]:
+        """Store ``(payload, level, msg_id)`` items; ``None`` for each refused as full.
+
+        A ``msg_id`` seen before (inside the duplicate window) stores nothing and answers
+        the first one's sequence with ``duplicate=True``.
+        """
+
+    async def oldest_pending(
+        self, namespace: str, queue: str, *, levels: int
+    ) -> tuple[int, bytes] | None:
+        """The oldest undelivered invocation over every level: ``(seq, payload)``."""
+
+    async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
+        """Remove one stored invocation; ``False`` when it is already gone."""
+
+    async def nudge(self, namespace: str, queue: str) -> None:
+        """Wake idle daemons of ``queue`` (best effort)."""
+
+    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
+        """Append lifecycle events to the events stream (durable once this returns)."""
+
+    async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
+        """Tell one daemon to cancel a run or retire (best effort)."""
+
+
+class Feed(Protocol):
+    """The events stream as the Recorder drains it, and the results it points to."""
+
+    async def ensure(self) -> None:
+        """Create the stream, its consumer and the results bucket (idempotent)."""
+
+    async def close(self) -> None: ...
+
+    async def fetch(self, max_batch: int, timeout_s: float) -> list[Delivery]:
+        """Up to ``max_batch`` messages not yet acked, oldest first; ``[]`` after
+        ``timeout_s`` with none (it does not wait to fill the batch)."""
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge: the messages are never delivered again."""
+
+    async def progress(self) -> tuple[int, int]:
+        """``(ack floor, last sequence)`` of the events stream."""
+
+    async def get_result(self, namespace: str, invocation_id: str, epoch: int) -> Result | None:
+        """The result a daemon stored for that attempt, if it is still kept."""

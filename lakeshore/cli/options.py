@@ -1,0 +1,45 @@
+"""Option values that several commands parse alike: repeatable ``KEY=VALUE`` pairs
+(``--label``, ``--config``, ``--env``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import click
+
+
+def key_values(
+    items: Iterable[str],
+    ctx: click.Context | None = None,
+    param: click.Parameter | None = None,
+    *,
+    param_hint: str | None = None,
+) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict: a value is everything after the first ``=`` (possibly
+    empty), and a repeated key keeps its last value.
+
+    The option is named in an error by ``param`` (within ``ctx``), or by ``param_hint``
+    when the items are checked after click has parsed them.
+
+    Raises:
+        click.BadParameter: an item without ``=`` or with an empty key; click reports it as
+            a usage error (exit 2) naming the option and the expected ``KEY=VALUE`` form.
+    """
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param, param_hint)
+        pairs[key] = value
+    return pairs
+
+
+def key_value_pairs(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> dict[str, str]:
+    """The ``callback`` of a ``multiple=True`` option of ``KEY=VALUE`` items: their dict, as
+    :func:`key_values` makes it."""
+    return key_values(value, ctx, param)
+
+
+__all__ = ["key_value_pairs", "key_values"]

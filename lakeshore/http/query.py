@@ -1,0 +1,65 @@
+"""Query-string parameters, parsed the same way by every route: 400 naming the parameter
+and the range it must be in, never a 500."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import TypeVar
+
+from aiohttp import web
+
+from lakeshore.errors import Invalid
+
+E = TypeVar("E", bound=StrEnum)
+
+#: The largest page a listing answers.
+MAX_LIMIT = 1000
+
+
+def limit(request: web.Request, default: int) -> int:
+    """``?limit=``: an integer from 1 to :data:`MAX_LIMIT`."""
+    raw = request.query.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip()) if raw.strip().isascii() else 0
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_LIMIT:
+        raise Invalid(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
+    return value
+
+
+def seconds(request: web.Request, key: str, default: float, most: float) -> float:
+    """``?<key>=``: a number of seconds from 0 to ``most``."""
+    raw = request.query.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw) if raw.strip().isascii() else -1.0
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and 0 <= value <= most):
+        raise Invalid(f"{key} must be a number of seconds from 0 to {most:g}, got {raw!r}")
+    return value
+
+
+def flag(request: web.Request, key: str) -> bool:
+    """``?<key>`` / ``?<key>=true|false|1|0``."""
+    raw = request.query.get(key, "false").lower()
+    if raw not in ("true", "false", "1", "0", ""):
+        raise Invalid(f"query parameter {key} must be true or false, got {raw!r}")
+    return raw in ("true", "1", "")
+
+
+def choice(request: web.Request, key: str, enum: type[E]) -> E | None:
+    """``?<key>=`` one of ``enum``'s values (absent or empty: ``None``)."""
+    raw = request.query.get(key)
+    if not raw:
+        return None
+    try:
+        return enum(raw)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        raise Invalid(f"unknown {key} {raw!r}; use one of {allowed}") from None

@@ -1,0 +1,98 @@
+"""Routes of the fleet: workers and their membership, launching daemons, providers, and the
+controller's view of scaling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakeshore.model import (
+    ControllerStatus,
+    DaemonLaunch,
+    Launched,
+    MembershipEdit,
+    Provider,
+    ProviderCreate,
+    ProviderKind,
+    Worker,
+)
+from lakeshore.sdk.call import Call
+from lakeshore.sdk.transport import Transport
+
+
+class FleetRoutes(Transport):
+    """What runs the work: workers (daemons), the providers that start them, the controller."""
+
+    # ---- workers ------------------------------------------------------------------------
+
+    def workers_ls(self, *, namespace: str | None = None) -> Call[list[Worker]]:
+        """The namespace's workers."""
+        path = self._ns(namespace, "workers")
+        return Call(self, list[Worker], "GET", path, key="workers")
+
+    def worker_show(self, ref: str, *, namespace: str | None = None) -> Call[Worker]:
+        """One worker, by id or name."""
+        return Call(self, Worker, "GET", self._ns(namespace, "workers", ref))
+
+    def worker_retire(self, ref: str, *, namespace: str | None = None) -> Call[Worker]:
+        """Retire a worker: it finishes its current run, then exits."""
+        return Call(self, Worker, "DELETE", self._ns(namespace, "workers", ref))
+
+    def worker_queues(
+        self,
+        ref: str,
+        add: list[str] | None = None,
+        remove: list[str] | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[Worker]:
+        """Edit a worker's membership; it takes effect on the worker's next poll."""
+        body = MembershipEdit(add=list(add or []), remove=list(remove or []))
+        return Call(self, Worker, "POST", self._ns(namespace, "workers", ref, "queues"), json=body)
+
+    # ---- daemons and providers ----------------------------------------------------------
+
+    def daemons_launch(self, body: DaemonLaunch, *, namespace: str | None = None) -> Call[Launched]:
+        """Launch daemons on a provider; the answer's rows are ``starting`` until each
+        daemon registers (poll :meth:`workers_ls` or :meth:`worker_show`).
+
+        Raises:
+            Conflict: a name is held by a live worker, or the provider is ``external``
+                (its daemons are started by hand with ``lakeshore daemon run``).
+        """
+        return Call(self, Launched, "POST", self._ns(namespace, "daemons"), json=body)
+
+    def providers_add(
+        self,
+        name: str,
+        kind: ProviderKind | str,
+        config: dict[str, Any] | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[Provider]:
+        """Add a provider (an unknown namespace is created in the caller's org)."""
+        body = ProviderCreate(name=name, kind=ProviderKind(kind), config=dict(config or {}))
+        return Call(self, Provider, "POST", self._ns(namespace, "providers"), json=body)
+
+    def providers_ls(self, *, namespace: str | None = None) -> Call[list[Provider]]:
+        """The namespace's providers, the built-in ``local`` first."""
+        path = self._ns(namespace, "providers")
+        return Call(self, list[Provider], "GET", path, key="providers")
+
+    def providers_show(self, name: str, *, namespace: str | None = None) -> Call[Provider]:
+        """One provider."""
+        return Call(self, Provider, "GET", self._ns(namespace, "providers", name))
+
+    def providers_rm(self, name: str, *, namespace: str | None = None) -> Call[Provider]:
+        """Delete a provider; the built-in ``local`` cannot be deleted (409)."""
+        return Call(self, Provider, "DELETE", self._ns(namespace, "providers", name))
+
+    # ---- controller ---------------------------------------------------------------------
+
+    def controller_status(self, *, namespace: str | None = None) -> Call[ControllerStatus]:
+        """The controller's last tick in the namespace: per queue and pool, the desired
+        and actual managed daemons, those launching and the reason; the live steal leases.
+        """
+        return Call(self, ControllerStatus, "GET", self._ns(namespace, "controller"))
+
+
+__all__ = ["FleetRoutes"]

@@ -1,0 +1,317 @@
+"""JobService: the one owner of the jobs workflow — submit, list, show, result, cancel.
+
+HTTP, the NATS gateway and the dashboard all call it; none of them touches the store, the
+queue actors, the Recorder or the bus for a job. It holds no state of its own: a job's
+history is the Recorder's (read from the store), its pending message the queue actor's,
+its result the daemon's (in the results bucket), its run the daemon's.
+
+Reading your writes: a submit answers before the Recorder has written its events, so a
+lookup of an id the store does not know waits (bounded) for the Recorder to catch up with
+the events stream once, and only then answers 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from lakeshore.actors.base import ActorRef
+from lakeshore.actors.controller import PendingHint
+from lakeshore.actors.directory import Lookup
+from lakeshore.actors.queue import CancelPending, GetQueue, Submit
+from lakeshore.actors.recorder import Knows, WaitFinished, WaitRecorded
+from lakeshore.actors.workers import Members
+from lakeshore.bus.port import Bus, Feed
+from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
+from lakeshore.model import (
+    TERMINAL_STATES,
+    DaemonControl,
+    InvocationState,
+    InvocationSubmit,
+    Job,
+    JobDetail,
+    QueueState,
+    RemoteError,
+    Result,
+    SubmitAnswer,
+    WorkerStatus,
+)
+from lakeshore.store.port import JobReads, JobRecord
+
+#: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
+CATCH_UP_S = 2.0
+_WITH_RESULT = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
+#: Members that can take work now.
+_SERVING = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
+_ENDED = {
+    InvocationState.CANCELLED: ("lakeshore.Cancelled", "was cancelled"),
+    InvocationState.DROPPED: ("lakeshore.Dropped", "was dropped from its full queue"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """What a cancel did: ``job`` as recorded; ``stopping`` when its daemon was told to stop
+    a run (it ends ``cancelled`` once the daemon has stopped it)."""
+
+    job: Job
+    stopping: bool
+
+
+class JobService:
+    """Submit and follow invocations.
+
+    Args:
+        store: the history's job queries.
+        results: where daemons' results are read (the events feed's results bucket).
+        bus: daemon control (cancel a run).
+        directory, workers, controller, recorder: the actors asked.
+        ask_timeout_s: the bound of an ask beyond a submit's own wait (seconds).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: JobReads,
+        results: Feed,
+        bus: Bus,
+        directory: ActorRef[Any],
+        workers: ActorRef[Any],
+        controller: ActorRef[Any],
+        recorder: ActorRef[Any],
+        ask_timeout_s: float,
+    ) -> None:
+        self._store, self._results, self._bus = store, results, bus
+        self._directory, self._workers = directory, workers
+        self._controller, self._recorder = controller, recorder
+        self._ask_timeout_s = ask_timeout_s
+
+    async def submit(
+        self,
+        namespace: str,
+        queue: str,
+        invocations: list[InvocationSubmit],
+        *,
+        actor: str | None,
+        wait_s: float,
+    ) -> SubmitAnswer:
+        """Admit invocations to a queue, all or nothing (see the queue's admission policy).
+
+        Args:
+            wait_s: how long a submit to a full ``block`` queue may wait for room.
+
+        Raises:
+            QueueNotFound, WrongState, Invalid, TooLarge, QueueFull: refused; nothing admitted
+                (QueueFull says how many of a batch were).
+        """
+        ref = await self._directory.ask(Lookup(namespace, queue))
+        admitted: asyncio.Future[SubmitAnswer] = await ref.ask(Submit(invocations, actor, wait_s))
+        # The queue actor answers at once and settles the future once the work is in (a
+        # ``block`` queue without room keeps it while others are served); the bound below
+        # only guards against an actor that stopped meanwhile.
+        try:
+            async with asyncio.timeout(wait_s + self._ask_timeout_s):
+                return await asyncio.shield(admitted)
+        except TimeoutError:
+            raise Unavailable(
+                f"queue {namespace}/{queue} did not admit the submit within {wait_s:g} s"
+            ) from None
+
+    async def list(
+        self,
+        namespace: str,
+        *,
+        queue: str | None,
+        state: InvocationState | None,
+        limit: int,
+        after: str | None,
+    ) -> list[Job]:
+        """Jobs newest first; pending ones carry their ``pending_reason``."""
+        jobs = await self._store.list_jobs(
+            namespace, queue=queue, state=state, limit=limit, after=after
+        )
+        reasons = {j.queue: "" for j in jobs if j.state is InvocationState.PENDING}
+        for name in reasons:
+            reasons[name] = await self.pending_reason(namespace, name)
+        return [_with_reason(j, reasons.get(j.queue)) for j in jobs]
+
+    async def show(self, namespace: str, job_id: str) -> JobDetail:
+        """One job with its attempts (and ``pending_reason`` while pending).
+
+        Raises:
+            NotFound: no such job once the Recorder has caught up.
+        """
+        record = await self._record(namespace, job_id)
+        return await self._shown(record.job)
+
+    async def result(self, namespace: str, job_id: str, wait_s: float) -> Result | Job:
+        """The result once the job has finished, waiting up to ``wait_s`` for it.
+
+        Returns:
+            The :class:`Result` of a finished job (a cancelled or dropped one's is an
+            error), else the unfinished :class:`Job`.
+
+        Raises:
+            NotFound: no such job, or its result is no longer kept.
+        """
+        finished = await self._recorder.ask(WaitFinished(namespace, job_id))
+        try:
+            record = None
+            if not finished.done():
+                if not await self._known(namespace, job_id):
+                    record = await self._record(namespace, job_id)  # 404 for an unknown id
+                if (record is None or record.job.state not in TERMINAL_STATES) and wait_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(finished), wait_s)
+            # Fast path: the Recorder knows how a recent invocation ended and with which
+            # attempt, so a finished run's result is one KV read, not a query of the history.
+            fence = finished.result() if finished.done() else None
+            if fence is not None and fence.terminal in _WITH_RESULT:
+                stored = await self._results.get_result(namespace, job_id, fence.started_epoch)
+                if stored is not None:
+                    return stored
+        finally:
+            finished.cancel()  # tells the Recorder to forget the waiter
+        if record is None or fence is not None:
+            record = await self._record(namespace, job_id)
+        job = record.job
+        if job.state not in TERMINAL_STATES:
+            return summary(await self._shown(job))
+        if job.state in _ENDED:
+            kind, what = _ENDED[job.state]
+            error = RemoteError(type=kind, message=f"invocation {job.id} {what}")
+            return Result(id=job.id, ok=False, error=error, worker=job.worker)
+        return await self._stored_result(namespace, record)
+
+    async def cancel(self, namespace: str, job_id: str, actor: str | None) -> Cancelled:
+        """Cancel: a pending job is removed from its queue, a running one stopped.
+
+        Raises:
+            NotFound: no such job.
+            Conflict: it has already finished (or finished before the cancel landed).
+            Unavailable: the cancel was sent but is not recorded yet.
+        """
+        record = await self._record(namespace, job_id)
+        job = record.job
+        if job.state in TERMINAL_STATES:
+            raise Conflict(
+                f"job {job.id!r} is already {job.state.value}; there is nothing to cancel"
+            )
+        if job.state is InvocationState.RUNNING:
+            await self._stop_run(namespace, job)
+            return Cancelled(summary(job), stopping=True)
+        if record.seq is None:
+            raise Conflict(f"job {job.id!r} has no queue message recorded yet; retry in a moment")
+        queue = await self._directory.ask(Lookup(namespace, job.queue))
+        removed = await queue.ask(CancelPending(invocation_id=job.id, seq=record.seq, actor=actor))
+        await self._wait_finished(namespace, job.id, self._ask_timeout_s)
+        job = (await self._record(namespace, job_id)).job
+        if not removed and job.worker is not None:
+            # A daemon claimed it meanwhile: the cancel stands (it was recorded first), so the
+            # run it started is now pointless.
+            await self._stop_run(namespace, job)
+        if job.state is InvocationState.CANCELLED:
+            return Cancelled(summary(job), stopping=False)
+        if job.state in TERMINAL_STATES:
+            raise Conflict(f"job {job.id!r} {job.state.value} before it could be cancelled")
+        raise Unavailable(f"the cancel of job {job.id!r} was sent but is not recorded yet")
+
+    async def pending_reason(self, namespace: str, queue: str) -> str:
+        """Why a pending job of ``queue`` is not running: the first that applies of
+        the controller's ``scaling_up``, ``pool_at_max`` or ``steal_delay`` (only while no
+        member can take it), ``no_members``, ``all_members_busy``, ``draining``,
+        ``archived``, else ``queued``."""
+        members = await self._workers.ask(Members(namespace, queue))
+        serving = [w for w in members if w.status in _SERVING]
+        if not serving or all(w.status is WorkerStatus.BUSY for w in serving):
+            try:
+                hint = await self._controller.ask(PendingHint(namespace, queue))
+            except Unavailable:
+                hint = None  # the controller's view is a refinement; the members' still holds
+            return hint or ("all_members_busy" if serving else "no_members")
+        try:
+            row = await (await self._directory.ask(Lookup(namespace, queue))).ask(GetQueue())
+        except QueueNotFound:
+            return "archived"
+        if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
+            return row.state.value
+        return "queued"
+
+    async def _known(self, namespace: str, job_id: str) -> bool:
+        """Whether the Recorder has the job in memory once it has read the events stream up to
+        now: the hot path of a result wait never queries the history."""
+        if await self._recorder.ask(Knows(namespace, job_id)):
+            return True
+        await self._catch_up()
+        return await self._recorder.ask(Knows(namespace, job_id))
+
+    async def _catch_up(self) -> None:
+        _, last = await self._results.progress()
+        recorded = await self._recorder.ask(WaitRecorded(last))
+        try:
+            async with asyncio.timeout(CATCH_UP_S):
+                await recorded
+        except TimeoutError:
+            recorded.cancel()
+
+    async def _record(self, namespace: str, job_id: str) -> JobRecord:
+        record = await self._store.get_job(namespace, job_id)
+        if record is None:
+            await self._catch_up()
+            record = await self._store.get_job(namespace, job_id)
+        if record is None:
+            raise NotFound(
+                f"no job {job_id!r} in namespace {namespace!r}; "
+                f"list jobs with `lakeshore jobs ls -n {namespace}`"
+            )
+        return record
+
+    async def _wait_finished(self, namespace: str, job_id: str, wait_s: float) -> None:
+        """Return once the job's end is recorded, or after ``wait_s``."""
+        finished = await self._recorder.ask(WaitFinished(namespace, job_id))
+        # On timeout wait_for cancels the future, which tells the Recorder to forget it.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(finished, wait_s)
+
+    async def _stored_result(self, namespace: str, record: JobRecord) -> Result:
+        job, epoch = record.job, record.result_epoch
+        stored = None
+        if epoch is not None:
+            stored = await self._results.get_result(namespace, job.id, epoch)
+        if stored is not None:
+            return stored
+        if job.state is InvocationState.FAILED:
+            error = job.error or RemoteError(type="lakeshore.Failed", message="no error recorded")
+            return Result(id=job.id, ok=False, error=error, worker=job.worker, epoch=epoch or 0)
+        raise NotFound(
+            f"the result of job {job.id!r} is no longer stored (results are kept for 7 days)"
+        )
+
+    async def _stop_run(self, namespace: str, job: Job) -> None:
+        if job.worker is None:
+            raise Conflict(f"job {job.id!r} is running but its worker is not recorded yet")
+        await self._bus.send_control(namespace, job.worker, DaemonControl(cancel=job.id))
+
+    async def _shown(self, job: JobDetail) -> JobDetail:
+        if job.state is not InvocationState.PENDING:
+            return job
+        return _with_reason(job, await self.pending_reason(job.namespace, job.queue))
+
+
+def _with_reason(job: Job, reason: str | None) -> Job:
+    if job.state is not InvocationState.PENDING or reason is None:
+        return job
+    return msgspec.structs.replace(job, pending_reason=reason)
+
+
+def summary(job: Job) -> Job:
+    """The ``Job`` fields of a ``JobDetail`` (routes answer ``Job`` for a summary)."""
+    if type(job) is Job:
+        return job
+    fields = msgspec.structs.asdict(job)
+    del fields["attempts"], fields["stale"]
+    return Job(**fields)

@@ -1,0 +1,173 @@
+"""QueueService: the queue routes' workflow — create, list, show, patch, lifecycle, stats.
+
+Every change is the queue's actor's (or, for which queues exist, the directory's); this
+service asks them and assembles what the front doors answer (a row with its members, the
+stats from JetStream counts and recorded history).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import msgspec
+
+from lakeshore.actors.base import ActorRef
+from lakeshore.actors.directory import CreateQueue, EnsureDefault, Lookup, RemoveQueue
+from lakeshore.actors.queue import CountWaiting, GetQueue, PatchQueue, Transition
+from lakeshore.actors.workers import Members
+from lakeshore.bus.port import Bus, QueueCounts
+from lakeshore.model import (
+    Member,
+    Namespace,
+    Queue,
+    QueueCreate,
+    QueueDetail,
+    QueueEvent,
+    QueuePatch,
+    QueueState,
+    QueueStats,
+    WorkerStatus,
+    levels_of,
+    now,
+)
+from lakeshore.store import Store
+from lakeshore.store.port import QueueActivity
+
+#: Stats count submissions, outcomes and waits over this recent window (spec/api.md).
+STATS_WINDOW = timedelta(minutes=5)
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    queue: str
+    namespace: str
+    #: names of the workers the queue was scrubbed from (``force``)
+    scrubbed: list[str]
+
+
+class QueueService:
+    """Args:
+    store: the queue, namespace, event and history queries.
+    bus: the queues' JetStream counts.
+    directory, workers: the actors asked.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        bus: Bus,
+        directory: ActorRef[Any],
+        workers: ActorRef[Any],
+    ) -> None:
+        self._store, self._bus = store, bus
+        self._directory, self._workers = directory, workers
+
+    async def create(self, namespace: str, body: QueueCreate, actor: str | None) -> Queue:
+        return await self._directory.ask(CreateQueue(namespace, body, actor))
+
+    async def list(self, ns: Namespace, state: QueueState | None) -> list[Queue]:
+        """The queues of every namespace of ``ns``'s org (``ns``'s default materialised)."""
+        await self._directory.ask(EnsureDefault(ns.name))
+        siblings = [n.name for n in await self._store.list_namespaces(ns.org)]
+        return await self._store.list_queues(siblings, state)
+
+    async def get(self, namespace: str, name: str) -> Queue:
+        return await (await self._queue(namespace, name)).ask(GetQueue())
+
+    async def show(self, namespace: str, name: str) -> QueueDetail:
+        """The row with the workers pulling from it now."""
+        row = await self.get(namespace, name)
+        members = await self._workers.ask(Members(namespace, row.name))
+        return QueueDetail(
+            **msgspec.structs.asdict(row),
+            members=[
+                Member(
+                    id=w.id,
+                    name=w.name,
+                    status=w.status,
+                    queues=w.queues,
+                    current=w.current,
+                    last_heartbeat=w.last_heartbeat,
+                )
+                for w in members
+            ],
+        )
+
+    async def patch(self, namespace: str, name: str, patch: QueuePatch, actor: str | None) -> Queue:
+        return await (await self._queue(namespace, name)).ask(PatchQueue(patch, actor))
+
+    async def transition(
+        self,
+        namespace: str,
+        name: str,
+        verb: Literal["drain", "archive", "unarchive"],
+        actor: str | None,
+    ) -> Queue:
+        return await (await self._queue(namespace, name)).ask(Transition(verb, actor))
+
+    async def remove(self, namespace: str, name: str, force: bool, actor: str | None) -> Removed:
+        """Hard delete; ``force`` scrubs the queue out of every worker first.
+
+        Raises:
+            QueueHasMembers: it has members and ``force`` is false.
+        """
+        scrubbed = await self._directory.ask(RemoveQueue(namespace, name, force, actor))
+        return Removed(name, namespace, [w.name for w in scrubbed])
+
+    async def events(
+        self, namespace: str, name: str, *, limit: int, verbose: bool
+    ) -> list[QueueEvent]:
+        row = await self.get(namespace, name)
+        return await self._store.list_queue_events(
+            namespace, row.name, limit=limit, verbose=verbose
+        )
+
+    async def stats(self, namespace: str, name: str) -> QueueStats:
+        """Daemons and utilisation now, the backlog from JetStream, the recent history."""
+        ref = await self._queue(namespace, name)
+        row = await ref.ask(GetQueue())
+        waiting = await ref.ask(CountWaiting())
+        members = await self._workers.ask(Members(namespace, row.name))
+        live = [w for w in members if w.status is not WorkerStatus.LOST]
+        busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
+        counts = await self._bus.queue_counts(namespace, row.name, levels=levels_of(row.kind))
+        at = now()
+        recent = await self._store.queue_activity(namespace, row.name, at - STATS_WINDOW)
+        return _stats(row, len(live), busy, counts, recent, at, waiting)
+
+    async def _queue(self, namespace: str, name: str) -> ActorRef[Any]:
+        return await self._directory.ask(Lookup(namespace, name))
+
+
+def _stats(
+    row: Queue,
+    daemons: int,
+    busy: int,
+    counts: QueueCounts,
+    recent: QueueActivity,
+    at: datetime,
+    waiting: int,
+) -> QueueStats:
+    oldest = recent.oldest_pending_at
+    return QueueStats(
+        namespace=row.namespace,
+        queue=row.name,
+        daemon_count=daemons,
+        busy=busy,
+        utilization=round(busy / daemons, 4) if daemons else 0.0,
+        pending=counts.pending,
+        running=counts.running,
+        depth=counts.depth,
+        state=row.state,
+        max_depth=row.max_depth,
+        oldest_pending_age_s=None if oldest is None else max(0.0, (at - oldest).total_seconds()),
+        submitted=recent.submitted,
+        succeeded=recent.succeeded,
+        failed=recent.failed,
+        wait_p50_s=recent.wait_p50_s,
+        wait_p95_s=recent.wait_p95_s,
+        waiting_submits=waiting,
+    )

@@ -1,0 +1,26 @@
+"""The typed set of services the control plane's front doors are handed.
+
+Built once, fully, by the composition root (:mod:`lakeshore.plane`); the HTTP app and the
+NATS gateway each take only the services they use from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lakeshore.access import Access
+from lakeshore.services.fleet import FleetService
+from lakeshore.services.jobs import JobService
+from lakeshore.services.queues import QueueService
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    #: namespaces, tokens and who may act on what
+    access: Access
+    jobs: JobService
+    queues: QueueService
+    fleet: FleetService
+    #: whether the control plane's NATS connection is up (``/v1/healthz``)
+    connected: Callable[[], bool]
