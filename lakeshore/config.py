@@ -55,6 +55,13 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ack_wait_s: Seconds = 60.0
     """A claim not renewed for this long returns to its queue (daemons renew every third of
     it while they run), in seconds."""
+    idempotency_ttl_s: Annotated[float, Meta(ge=86400.0)] = 7 * 86400.0
+    """How long an idempotency key names its invocation, in seconds (at least a day)."""
+    restart_backoff_s: Annotated[float, Meta(gt=0, le=60)] = 1.0
+    """First back-off of an actor that crashed more than 10 times in a minute (doubling up
+    to 30 s), in seconds."""
+    fault_points: str = ""
+    """Fault tests only: ``point:exit|raise,…`` (see :mod:`lakeshore.faults`)."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -88,6 +95,7 @@ _SERVER_ENV = {
     "LAKESHORE_NATS_URL": "nats_url",
     "LAKESHORE_NATS_PORT": "nats_port",
     "LAKESHORE_REPLICAS": "replicas",
+    "LAKESHORE_FAULT_POINTS": "fault_points",
 }
 _CLIENT_ENV = {
     "LAKESHORE_API": "api",

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
-from lakeshore.errors import Invalid, NatsTooOld, Unavailable
+from lakeshore.errors import Invalid, NatsPortInUse, NatsTooOld, Unavailable
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -37,6 +37,8 @@ _EXE = "nats-server.exe" if os.name == "nt" else "nats-server"
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)\s*$")
 _READY = "Server is ready"
+#: How a [FTL] line says the listen address is taken (Go's EADDRINUSE text).
+_IN_USE = "address already in use"
 _PR_SET_PDEATHSIG = 1
 # Log lines can carry whole protocol frames at trace level; a larger limit keeps readline
 # from discarding them, and an over-long line is skipped rather than fatal.
@@ -231,6 +233,8 @@ class NatsServer:
         Raises:
             Unavailable: no binary, or the server exited or was not ready in time (the
                 message carries its ``[FTL]``/``[ERR]`` lines or its last output).
+            NatsPortInUse: the server exited because its client port was taken (an
+                :class:`Unavailable` whose message says how to pick another port).
             NatsTooOld: the binary is older than :data:`MIN_NATS_VERSION`.
         """
         if self._proc is not None:
@@ -269,10 +273,10 @@ class NatsServer:
             await self._end(proc, self._stop_timeout_s)
             raise
         if code is not None:
-            raise Unavailable(
-                f"nats-server {binary} exited with code {code} before it was ready:\n"
-                + out.summary()
-            )
+            exited = f"nats-server {binary} exited with code {code} before it was ready:\n"
+            if out.port_in_use():
+                raise NatsPortInUse(self.host, self._want_port, exited + out.summary())
+            raise Unavailable(exited + out.summary())
         self._drain_task = asyncio.create_task(
             self._drain(proc), name=f"nats-server-{proc.pid}-output"
         )
@@ -366,6 +370,10 @@ class _StartOutput:
             self.tail.append(line)
         if "[FTL]" in line or "[ERR]" in line:
             self.errors.append(line)
+
+    def port_in_use(self) -> bool:
+        """Whether the server died because its client port was taken."""
+        return any(_IN_USE in line for line in self.errors)
 
     def summary(self) -> str:
         if self.errors:

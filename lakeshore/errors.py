@@ -173,6 +173,16 @@ class Unavailable(LakeshoreError):
     http_status = 503
 
 
+class Degraded(Unavailable):
+    """The server runs but part of it is down: NATS, or an actor restarting (503)."""
+
+    code = "degraded"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("degraded: " + "; ".join(problems))
+
+
 class NatsTooOld(Unavailable):
     """The NATS server is older than the oldest version Lakeshore runs on (503)."""
 
@@ -192,6 +202,24 @@ class NatsTooOld(Unavailable):
         )
 
 
+class NatsPortInUse(Unavailable):
+    """The embedded NATS could not listen: its client port is taken (503).
+
+    Most often another ``lakeshore server`` (or any NATS) already runs on this machine.
+    """
+
+    code = "nats_port_in_use"
+
+    def __init__(self, host: str, port: int, output: str) -> None:
+        self.host, self.port = host, port
+        super().__init__(
+            f"the embedded NATS could not listen on {host}:{port} (address in use: is "
+            "another lakeshore server or nats-server running?); pass --nats-port 0 for any "
+            "free port, or --nats-port P for another one (or set LAKESHORE_NATS_PORT, or "
+            f"nats_port in <data-dir>/server.toml)\n{output}"
+        )
+
+
 class SchemaTooNew(LakeshoreError):
     """The store file was written by a newer Lakeshore than this one."""
 
@@ -204,6 +232,13 @@ class SchemaTooNew(LakeshoreError):
             f"store {where} has schema version {found} but this lakeshore knows up to "
             f"version {known}; upgrade lakeshore or point it at another data dir"
         )
+
+
+class TooLong(LakeshoreError):
+    """A request's URL is longer than the API reads (414)."""
+
+    code = "uri_too_long"
+    http_status = 414
 
 
 class Internal(LakeshoreError):

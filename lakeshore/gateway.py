@@ -84,6 +84,8 @@ def _answering(
             err: LakeshoreError = e
         except (msgspec.ValidationError, msgspec.DecodeError) as e:
             err = Invalid(f"invalid request on {subject}: {e}")
+        except RecursionError:
+            err = Invalid(f"invalid request on {subject}: JSON nested too deeply")
         except Exception:
             log.exception("unhandled error answering %s", subject)
             err = Internal("internal error; the server log has the details")

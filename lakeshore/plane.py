@@ -31,8 +31,10 @@ from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.controller import ControllerSettings
 from lakeshore.embedded import NatsServer
 from lakeshore.errors import LakeshoreError
+from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
+from lakeshore.http.errors import MAX_LINE_BYTES
 from lakeshore.model import ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.services import FleetService, JobService, QueueService, Services
@@ -102,7 +104,11 @@ class ControlPlane:
 
     async def _build(self, stack: contextlib.AsyncExitStack) -> Parts:
         settings = self.settings
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        faults = Faults(settings.fault_points)
+        # The store, the daemons' logs and the NATS store hold arguments, commands and
+        # their output: the data dir is the server user's alone.
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.data_dir.chmod(0o700)
         if not settings.nats_url:
             nats = NatsServer(
                 self.data_dir / "nats", port=settings.nats_port, server_name="lakeshore-embedded"
@@ -121,9 +127,12 @@ class ControlPlane:
         # The events stream must exist before any queue actor publishes to it.
         events = EventFeed(bus.nc, replicas=settings.replicas)
         await events.ensure()
-        runtime = Runtime(ask_timeout_s=settings.ask_timeout_s)
+        runtime = Runtime(
+            ask_timeout_s=settings.ask_timeout_s,
+            backoff_s=(settings.restart_backoff_s, 2.0, max(30.0, settings.restart_backoff_s)),
+        )
         stack.push_async_callback(runtime.shutdown)
-        recorder = await runtime.spawn(Recorder(store, events))
+        recorder = await runtime.spawn(Recorder(store, events, faults=faults))
         workers = await runtime.spawn(WorkerRegistry(store, lost_after_s=settings.lost_after_s))
         runtime.every(settings.heartbeat_s, workers, Sweep())
         providers: dict[ProviderKind, Backend] = {
@@ -144,7 +153,14 @@ class ControlPlane:
         )
         runtime.every(settings.tick_s, controller, Tick())
         directory = await runtime.spawn(
-            QueueDirectory(runtime, store=store, bus=bus, workers=workers)
+            QueueDirectory(
+                runtime,
+                store=store,
+                bus=bus,
+                workers=workers,
+                key_ttl_s=settings.idempotency_ttl_s,
+                faults=faults,
+            )
         )
         services = Services(
             access=gate,
@@ -162,7 +178,7 @@ class ControlPlane:
             fleet=FleetService(
                 store=store, bus=bus, workers=workers, launcher=launcher, controller=controller
             ),
-            connected=lambda: bus.connected,
+            problems=lambda: _problems(bus, runtime),
         )
         gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
         await gateway.start()
@@ -181,7 +197,12 @@ class ControlPlane:
 
     async def serve(self) -> str:
         """Serve the HTTP API; returns its base URL (the real port when 0 was asked)."""
-        runner = web.AppRunner(make_app(self.parts.services), handle_signals=False, access_log=None)
+        runner = web.AppRunner(
+            make_app(self.parts.services),
+            handle_signals=False,
+            access_log=None,
+            max_line_size=MAX_LINE_BYTES,
+        )
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         site = web.TCPSite(runner, self.settings.host, self.settings.port)
@@ -221,3 +242,9 @@ async def _halt(controller: ActorRef[Any]) -> None:
         await controller.ask(Halt())
     except LakeshoreError as e:
         log.warning("controller not halted: %s", e)
+
+
+def _problems(bus: NatsBus, runtime: Runtime) -> list[str]:
+    """What ``/v1/healthz`` reports as wrong now."""
+    out = [] if bus.connected else ["NATS is not connected"]
+    return out + [f"actor {name} is down ({why})" for name, why in sorted(runtime.down().items())]

@@ -34,6 +34,7 @@ async def eventually(
     ``timeout_s`` seconds the test fails with an ``AssertionError`` that says ``what`` was
     awaited and the last value (or retried exception) seen.
     """
+    __tracebackhide__ = True  # a failure points at the test's wait, not in here
     last: object = _NOTHING
     deadline = asyncio.timeout(timeout_s)
     try:

@@ -21,7 +21,7 @@ from lakeshore.embedded import (
     parse_version,
     server_version,
 )
-from lakeshore.errors import Invalid, NatsTooOld, Unavailable
+from lakeshore.errors import Invalid, NatsPortInUse, NatsTooOld, Unavailable
 
 NatsServerFactory = Callable[..., Awaitable[NatsServer]]
 
@@ -187,6 +187,25 @@ async def test_start_reports_fatal_lines_when_the_server_exits(tmp_path: Path) -
             await server.start()
     assert "[FTL]" in info.value.message
     assert "address already in use" in info.value.message
+    _assert_pid_gone(server.pid)
+
+
+async def test_a_taken_port_says_how_to_pick_another(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = NatsServer(tmp_path, port=port)
+        with pytest.raises(NatsPortInUse) as info:
+            await server.start()
+    err = info.value
+    assert isinstance(err, Unavailable) and (err.host, err.port) == ("127.0.0.1", port)
+    assert err.code == "nats_port_in_use"
+    assert err.message.startswith(
+        f"the embedded NATS could not listen on 127.0.0.1:{port} (address in use"
+    )
+    assert "pass --nats-port 0 for any free port, or --nats-port P" in err.message
+    assert "[FTL]" in err.message  # the server's own words follow
     _assert_pid_gone(server.pid)
 
 

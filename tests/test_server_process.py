@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import sys
 import tomllib
 from pathlib import Path
@@ -131,3 +132,24 @@ async def test_embedded_nats_dies_with_a_killed_server(tmp_path):
     await server.stop(signal.SIGKILL)
     await _wait_gone(nats_pid, 5)
     assert not _alive(nats_pid)
+
+
+async def test_a_taken_nats_port_fails_the_start_and_names_the_flag(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            LAKESHORE,
+            *("server", "--data-dir", str(tmp_path / "data"), "--port", "0"),
+            *("--nats-port", str(port)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(30):
+            out, err = await proc.communicate()
+    assert proc.returncode == 1, (out, err)
+    [error] = [line for line in err.decode().splitlines() if line.startswith("error: ")]
+    assert f"could not listen on 127.0.0.1:{port} (address in use" in error
+    assert "--nats-port 0 for any free port" in error
+    assert "Traceback" not in err.decode()

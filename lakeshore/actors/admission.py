@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import NoReturn
+
+import msgspec
 
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import Invalid, QueueFull, TooLarge
-from lakeshore.ids import new_id
 from lakeshore.model import (
     EventBatch,
     EventType,
@@ -28,6 +28,7 @@ from lakeshore.model import (
     OnFull,
     Queue,
     QueueKind,
+    check_depth,
     now,
 )
 
@@ -36,8 +37,6 @@ log = logging.getLogger(__name__)
 _FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 #: NATS' default max payload; an invocation must fit in one message.
 MAX_PAYLOAD_BYTES = 1024 * 1024
-#: How many idempotency keys a queue remembers (covers the 600 s duplicate window).
-IDEMPOTENCY_MEMORY = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,20 +48,11 @@ class Prepared:
     spec: InvocationSubmit
 
 
-class IdempotencyKeys:
-    """Remembers idempotency key → invocation id, so a retried submit answers the same id."""
-
-    def __init__(self, capacity: int = IDEMPOTENCY_MEMORY) -> None:
-        self._ids: OrderedDict[str, str] = OrderedDict()
-        self._capacity = capacity
-
-    def id_for(self, key: str) -> str:
-        found = self._ids.get(key)
-        if found is None:
-            found = self._ids[key] = new_id()
-            if len(self._ids) > self._capacity:
-                self._ids.popitem(last=False)
-        return found
+def body_digest(spec: InvocationSubmit) -> str:
+    """A digest of what a submit asks for, its idempotency key aside: the same key with
+    another body is a conflict, not a retry."""
+    body = codec.encode(msgspec.structs.replace(spec, idempotency_key=None))
+    return hashlib.sha256(body).hexdigest()[:32]
 
 
 def msg_id_for(row: Queue, spec: InvocationSubmit, invocation_id: str) -> str:
@@ -75,8 +65,8 @@ def msg_id_for(row: Queue, spec: InvocationSubmit, invocation_id: str) -> str:
     return "k-" + digest[:40]
 
 
-def prepare(row: Queue, specs: list[InvocationSubmit], keys: IdempotencyKeys) -> list[Prepared]:
-    """Validate every invocation of a submit and encode it; all or nothing.
+def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[Prepared]:
+    """Validate every invocation of a submit and encode it with its id; all or nothing.
 
     Raises:
         Invalid: an invocation is malformed (the message says which, by index).
@@ -87,7 +77,7 @@ def prepare(row: Queue, specs: list[InvocationSubmit], keys: IdempotencyKeys) ->
     for i, spec in enumerate(specs):
         where = f"invocation {i}" if len(specs) > 1 else "the invocation"
         _check(row, spec, where)
-        inv_id = keys.id_for(spec.idempotency_key) if spec.idempotency_key else new_id()
+        inv_id = ids[i]
         payload = codec.encode(
             Invocation(
                 id=inv_id,
@@ -120,6 +110,8 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
         raise Invalid(f"{where}: fn {spec.fn!r} must look like 'package.module:function'")
     if spec.command is not None and not spec.command:
         raise Invalid(f"{where}: command must be a non-empty argv list")
+    check_depth(f"{where}: args", spec.args)
+    check_depth(f"{where}: kwargs", spec.kwargs)
     if spec.priority and row.kind is QueueKind.FIFO:
         raise Invalid(
             f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "

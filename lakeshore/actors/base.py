@@ -5,12 +5,21 @@ An actor handles one message at a time, so the state it owns needs no locks. A
 (a refusal, not a crash). Any other exception is a bug: it is logged with its traceback,
 the asker gets :class:`~lakeshore.errors.Internal`, and the actor is restarted — its
 ``started`` hook rebuilds its state from the store — before it takes the next message.
+
+Supervision never gives up: an actor that crashes more than :data:`RESTART_BUDGET` times
+within :data:`RESTART_WINDOW_S` (or whose ``started`` fails) is *down* for a back-off that
+grows up to :data:`BACKOFF_S`'s cap, answering every message meanwhile with
+:class:`~lakeshore.errors.Unavailable`, then restarted. :meth:`Runtime.down` names the
+actors down now (``/v1/healthz`` reports them); one actor down never stops another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -20,8 +29,11 @@ log = logging.getLogger(__name__)
 
 M = TypeVar("M")
 
-#: A supervised actor that crashes more often than this in a row is stopped.
-MAX_RESTARTS = 10
+#: Crashes an actor may have within :data:`RESTART_WINDOW_S` and be restarted at once.
+RESTART_BUDGET = 10
+RESTART_WINDOW_S = 60.0
+#: Back-off of an actor past its budget (seconds): first, growth factor, cap.
+BACKOFF_S = (1.0, 2.0, 30.0)
 
 
 class Actor(Generic[M]):
@@ -48,13 +60,26 @@ class _Envelope:
 class ActorRef(Generic[M]):
     """The only handle other code has on an actor."""
 
-    def __init__(self, actor: Actor[M], ask_timeout_s: float) -> None:
+    def __init__(
+        self,
+        actor: Actor[M],
+        ask_timeout_s: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        backoff_s: tuple[float, float, float] = BACKOFF_S,
+    ) -> None:
         self.actor_name = actor.name
         self._actor = actor
         self._inbox: asyncio.Queue[_Envelope | None] = asyncio.Queue()
         self._ask_timeout_s = ask_timeout_s
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._clock, self._backoff_s = clock, backoff_s
+        #: crashes within the restart window (monotonic times)
+        self._crashes: deque[float] = deque()
+        #: why the actor is down now (``None``: up)
+        self.down: str | None = None
+        #: restarts since it was spawned (each crash, and each retry after a back-off)
         self.restarts = 0
 
     def tell(self, msg: M) -> None:
@@ -66,7 +91,8 @@ class ActorRef(Generic[M]):
 
         Raises:
             LakeshoreError: the actor's refusal, as it raised it.
-            Unavailable: no answer within ``timeout_s`` (default: the runtime's).
+            Unavailable: no answer within ``timeout_s`` (default: the runtime's), or the
+                actor is down (restarting after repeated failures) or stopped.
         """
         if self._task is None or self._task.done():
             raise Unavailable(f"{self.actor_name} is not running")
@@ -101,17 +127,59 @@ class ActorRef(Generic[M]):
                 except Exception:
                     log.exception("%s crashed on %s; restarting", self.actor_name, env.msg)
                     _settle(env, error=Internal(f"{self.actor_name} failed; see the server log"))
-                    self.restarts += 1
-                    if self.restarts > MAX_RESTARTS:
-                        log.error(
-                            "%s restarted %d times; stopping it", self.actor_name, self.restarts - 1
-                        )
+                    if not await self._restart():
                         return
-                    await actor.started()
                 else:
                     _settle(env, result=result)
         finally:
             await actor.stopped()
+
+    async def _restart(self) -> bool:
+        """Rebuild the actor after a crash, backing off while it keeps failing.
+
+        Returns:
+            ``False`` when the runtime stopped the actor meanwhile.
+        """
+        delay, growth, cap = self._backoff_s
+        while True:
+            at = self._clock()
+            self._crashes.append(at)
+            while self._crashes and self._crashes[0] < at - RESTART_WINDOW_S:
+                self._crashes.popleft()
+            if len(self._crashes) > RESTART_BUDGET:
+                self.down = (
+                    f"{len(self._crashes)} failures in the last {RESTART_WINDOW_S:g} s; "
+                    f"restarting in {delay:g} s"
+                )
+                log.error("%s is down: %s", self.actor_name, self.down)
+                if not await self._refuse_for(delay):
+                    return False
+                delay = min(delay * growth, cap)
+            self.restarts += 1
+            try:
+                await self._actor.started()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed to restart", self.actor_name)
+                continue
+            if self.down is not None:
+                log.info("%s is back", self.actor_name)
+            self.down = None
+            return True
+
+    async def _refuse_for(self, seconds: float) -> bool:
+        """Answer every message with Unavailable for ``seconds``; ``False`` on stop."""
+        deadline = self._clock() + seconds
+        while (left := deadline - self._clock()) > 0:
+            try:
+                env = await asyncio.wait_for(self._inbox.get(), left)
+            except TimeoutError:
+                break
+            if env is None:
+                return False
+            _settle(env, error=Unavailable(f"{self.actor_name} is down: {self.down}"))
+        return True
 
 
 def _settle(env: _Envelope, *, result: Any = None, error: BaseException | None = None) -> None:
@@ -128,14 +196,16 @@ def _settle(env: _Envelope, *, result: Any = None, error: BaseException | None =
 class Runtime:
     """Owns every actor task; stopping the runtime stops them all within a bound."""
 
-    def __init__(self, ask_timeout_s: float = 10.0) -> None:
-        self._ask_timeout_s = ask_timeout_s
+    def __init__(
+        self, ask_timeout_s: float = 10.0, *, backoff_s: tuple[float, float, float] = BACKOFF_S
+    ) -> None:
+        self._ask_timeout_s, self._backoff_s = ask_timeout_s, backoff_s
         self._refs: set[ActorRef[Any]] = set()
         self._timers: set[asyncio.Task[None]] = set()
 
     async def spawn(self, actor: Actor[M]) -> ActorRef[M]:
         """Start an actor; its ``started`` hook has run when this returns."""
-        ref = ActorRef(actor, self._ask_timeout_s)
+        ref = ActorRef(actor, self._ask_timeout_s, backoff_s=self._backoff_s)
         ref._task = asyncio.create_task(ref._run(), name=actor.name)
         try:
             await ref._ready
@@ -157,6 +227,16 @@ class Runtime:
         except TimeoutError:
             ref._task.cancel()
             await asyncio.gather(ref._task, return_exceptions=True)
+
+    def down(self) -> dict[str, str]:
+        """The actors down now (restarting after repeated failures, or ended), with why."""
+        out: dict[str, str] = {}
+        for ref in self._refs:
+            if ref._task is not None and ref._task.done():
+                out[ref.actor_name] = "stopped"
+            elif ref.down is not None:
+                out[ref.actor_name] = ref.down
+        return out
 
     def every(self, interval_s: float, ref: ActorRef[M], msg: M) -> None:
         """Tell ``ref`` ``msg`` every ``interval_s`` until shutdown (ticks do not pile up:

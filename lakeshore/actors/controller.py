@@ -194,7 +194,9 @@ class ControllerActor(Actor[ControllerMsg]):
                 log.warning("steal leases not delivered to the registry (retried): %s", e)
         self._queues = {(q.namespace, q.name): q for q in queues}
         self._loads = loads
-        self._units = unit_rows(result.explanations, self._queues, launched, self._errors)
+        self._units = unit_rows(
+            result.explanations, self._queues, launched, self._errors, snapshot.workers
+        )
         self._ticks += 1
         self._tick_at = at
         return applied

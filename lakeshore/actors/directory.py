@@ -8,15 +8,25 @@ one existing queue is then asked of that queue's actor.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from msgspec import Struct
 
 from lakeshore import elasticity
 from lakeshore.actors.base import Actor, ActorRef, Runtime
-from lakeshore.actors.queue import DeleteQueue, QueueActor, QueueMsg, check_provider, row_dict
+from lakeshore.actors.queue import (
+    DEFAULT_KEY_TTL_S,
+    NO_FAULTS,
+    DeleteQueue,
+    QueueActor,
+    QueueMsg,
+    check_provider,
+    row_dict,
+)
 from lakeshore.bus.port import Bus
 from lakeshore.errors import AlreadyExists, QueueNotFound, ReservedName
+from lakeshore.faults import Faults
 from lakeshore.model import (
     DEFAULT_QUEUE,
     DEFAULT_QUEUE_DESCRIPTION,
@@ -60,17 +70,31 @@ class QueueDirectory(Actor[DirectoryMsg]):
     name = "queue-directory"
 
     def __init__(
-        self, runtime: Runtime, *, store: QueueStore, bus: Bus, workers: ActorRef[Any]
+        self,
+        runtime: Runtime,
+        *,
+        store: QueueStore,
+        bus: Bus,
+        workers: ActorRef[Any],
+        key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self._runtime, self._store, self._bus, self._workers = runtime, store, bus, workers
+        self._key_ttl_s, self._faults = key_ttl_s, faults
         self._queues: dict[tuple[str, str], ActorRef[QueueMsg]] = {}
 
     async def started(self) -> None:
-        for ref in self._queues.values():
-            await self._runtime.stop(ref)
-        self._queues.clear()
-        for row in await self._store.all_queues():
-            await self._spawn(row.namespace, row.name)
+        # A restart reconciles with the store rather than respawning every queue: the
+        # other queues' actors (and the submits waiting in them) are not this failure's.
+        expired = now() - timedelta(seconds=self._key_ttl_s)
+        pruned = await self._store.prune_keys(expired)
+        if pruned:
+            log.info("forgot %d idempotency key(s) older than %s", pruned, expired)
+        rows = {(q.namespace, q.name) for q in await self._store.all_queues()}
+        for key in [k for k in self._queues if k not in rows]:
+            await self._runtime.stop(self._queues.pop(key))
+        for ns, name in sorted(rows - self._queues.keys()):
+            await self._spawn_logged(ns, name)
         log.info("queue directory rebuilt: %d queue(s)", len(self._queues))
 
     async def stopped(self) -> None:
@@ -82,25 +106,41 @@ class QueueDirectory(Actor[DirectoryMsg]):
             case CreateQueue(namespace=ns, body=body, actor=actor):
                 return await self._create(ns, body, actor)
             case EnsureDefault(namespace=ns):
-                if (ns, DEFAULT_QUEUE) not in self._queues:
-                    await self._materialise_default(ns)
+                await self._lookup(ns, DEFAULT_QUEUE)
                 return None
             case Lookup(namespace=ns, name=name):
-                if name == DEFAULT_QUEUE and (ns, name) not in self._queues:
-                    await self._materialise_default(ns)
-                return self._ref(ns, name)
+                return await self._lookup(ns, name)
             case RemoveQueue(namespace=ns, name=name, force=force, actor=actor):
-                ref = self._ref(ns, name)
+                ref = await self._lookup(ns, name)
                 scrubbed = await ref.ask(DeleteQueue(force, actor))
                 del self._queues[(ns, name)]
                 await self._runtime.stop(ref)
                 return scrubbed
 
-    def _ref(self, ns: str, name: str) -> ActorRef[QueueMsg]:
+    async def _lookup(self, ns: str, name: str) -> ActorRef[QueueMsg]:
+        """The queue's actor; one whose row exists but whose actor could not be started
+        (NATS was down) is started now.
+
+        Raises:
+            QueueNotFound: no such queue.
+        """
         ref = self._queues.get((ns, name))
-        if ref is None:
+        if ref is not None:
+            return ref
+        if await self._store.get_queue(ns, name) is not None:
+            await self._spawn(ns, name)
+        elif name == DEFAULT_QUEUE:
+            await self._materialise_default(ns)
+        else:
             raise QueueNotFound(ns, name)
-        return ref
+        return self._queues[(ns, name)]
+
+    async def _spawn_logged(self, ns: str, name: str) -> None:
+        try:
+            await self._spawn(ns, name)
+        except Exception as e:
+            # Started again on its first lookup; the other queues must not wait for it.
+            log.warning("queue %s/%s not started (retried on first use): %s", ns, name, e)
 
     async def _create(self, ns: str, body: QueueCreate, actor: str | None) -> Queue:
         validate_name("queue", body.name)
@@ -151,5 +191,8 @@ class QueueDirectory(Actor[DirectoryMsg]):
         return row
 
     async def _spawn(self, ns: str, name: str) -> None:
-        actor = QueueActor(ns, name, store=self._store, bus=self._bus, workers=self._workers)
+        actor = QueueActor(
+            ns, name, store=self._store, bus=self._bus, workers=self._workers,
+            key_ttl_s=self._key_ttl_s, faults=self._faults,
+        )  # fmt: skip
         self._queues[(ns, name)] = await self._runtime.spawn(actor)

@@ -36,6 +36,7 @@ from lakeshore.model import (
     ProviderKind,
     Worker,
     WorkerStatus,
+    check_depth,
     now,
     validate_name,
 )
@@ -163,6 +164,7 @@ class Launcher(Actor[LauncherMsg]):
 
     async def _add(self, ns: str, body: ProviderCreate) -> Provider:
         validate_name("provider", body.name)
+        check_depth("provider config", body.config)
         if body.name == BUILTIN_PROVIDER:
             raise AlreadyExists("provider", body.name, " in every namespace (it is built in)")
         row = Provider(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 from typing import Any, Literal
 
 import msgspec
@@ -16,12 +17,14 @@ from msgspec import UNSET, Struct
 
 from lakeshore import elasticity
 from lakeshore.actors import admission
-from lakeshore.actors.admission import IdempotencyKeys
+from lakeshore.actors.admission import body_digest
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members, Scrub
-from lakeshore.bus.port import Bus
+from lakeshore.bus import codec
+from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import (
+    Conflict,
     ImmutableField,
     Invalid,
     LakeshoreError,
@@ -31,6 +34,8 @@ from lakeshore.errors import (
     ReservedName,
     WrongState,
 )
+from lakeshore.faults import Faults
+from lakeshore.ids import new_id
 from lakeshore.model import (
     BUILTIN_PROVIDER,
     DEFAULT_QUEUE,
@@ -38,6 +43,7 @@ from lakeshore.model import (
     ElasticityKind,
     EventBatch,
     EventType,
+    Invocation,
     InvocationEvent,
     InvocationSubmit,
     OnFull,
@@ -51,7 +57,7 @@ from lakeshore.model import (
     levels_of,
     now,
 )
-from lakeshore.store.port import ProviderRows, QueueStore
+from lakeshore.store.port import ProviderRows, QueueStore, StoredKey
 
 log = logging.getLogger(__name__)
 
@@ -137,17 +143,33 @@ async def check_provider(store: ProviderRows, namespace: str, e: Elasticity) -> 
         )
 
 
+NO_FAULTS = Faults()
+#: Most pending invocations a queue's removal records as cancelled, one by one.
+MAX_CANCEL_ON_DELETE = 100_000
+#: How long an idempotency key names its invocation unless the server says otherwise (s).
+DEFAULT_KEY_TTL_S = 7 * 86400.0
+
+
 class QueueActor(Actor[QueueMsg]):
     """Owns one queue. Built from its stored row; ensures its stream on every start."""
 
     def __init__(
-        self, namespace: str, name: str, *, store: QueueStore, bus: Bus, workers: ActorRef[Any]
+        self,
+        namespace: str,
+        name: str,
+        *,
+        store: QueueStore,
+        bus: Bus,
+        workers: ActorRef[Any],
+        key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.name = f"queue:{namespace}/{name}"
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
-        self._keys = IdempotencyKeys()
+        self._key_ttl_s = key_ttl_s
+        self._faults = faults
         self._room = WaitingRoom(retry=self._retry, admit=self._admit, refuse=self._refuse)
 
     async def started(self) -> None:
@@ -183,11 +205,23 @@ class QueueActor(Actor[QueueMsg]):
         """Admit a submit; answers a future settled once it is in (at once unless a full
         ``block`` queue makes it wait in the waiting room)."""
         row = self._admitting()
-        items = admission.prepare(row, specs, self._keys)
+        ids = [new_id() for _ in specs]
+        items = admission.prepare(row, specs, ids)  # refuses a bad batch before any key
+        known: set[str] = set()
+        if any(spec.idempotency_key for spec in specs):
+            ids, known = await self._key_ids(specs, ids)
+            items = admission.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
+        for i, item in enumerate(items):
+            if item.id in known:  # admitted before and recorded: nothing to publish again
+                waiting.published[i] = Published(seq=0, duplicate=True)
         if self._room and row.on_full is OnFull.BLOCK:
             return self._room.park(waiting)  # behind the submits already waiting
-        waiting.published = await admission.publish(self._bus, row, items)
+        todo = [i for i, p in enumerate(waiting.published) if p is None]
+        stored = await admission.publish(self._bus, row, [items[i] for i in todo])
+        for i, outcome in zip(todo, stored, strict=True):
+            waiting.published[i] = outcome
+        self._faults.hit("submit.published")
         try:
             waiting.dropped = await admission.place(
                 self._bus, row, items, waiting.published, levels=levels_of(row.kind)
@@ -199,6 +233,46 @@ class QueueActor(Actor[QueueMsg]):
             return self._room.park(waiting)
         waiting.answer.set_result(await self._admit(waiting))
         return waiting.answer
+
+    async def _key_ids(
+        self, specs: list[InvocationSubmit], fresh: list[str]
+    ) -> tuple[list[str], set[str]]:
+        """Resolve idempotency keys durably: a key seen within ``idempotency_ttl_s`` names
+        its first invocation's id; a new key is stored (before anything is published, so a
+        crash after the publish still finds it).
+
+        Returns:
+            The id of each invocation, and the ids already recorded (not to be published
+            again: the stream's duplicate window may be long past).
+
+        Raises:
+            Conflict: a key came with another body than the first time.
+        """
+        digests: dict[str, str] = {}
+        for spec in specs:
+            key = spec.idempotency_key
+            if key is not None and digests.setdefault(key, body_digest(spec)) != body_digest(spec):
+                raise _key_conflict(key, "twice in this batch")
+        since = now() - timedelta(seconds=self._key_ttl_s)
+        stored = await self._store.get_keys(self._ns, self._queue, list(digests), since)
+        for key, found in stored.items():
+            if found.digest != digests[key]:
+                raise _key_conflict(key, f"by invocation {found.invocation_id}")
+        new: dict[str, StoredKey] = {}
+        ids = list(fresh)
+        for i, spec in enumerate(specs):
+            key = spec.idempotency_key
+            if key is None:
+                continue
+            entry = stored.get(key) or new.get(key)
+            if entry is None:
+                entry = new[key] = StoredKey(invocation_id=fresh[i], digest=digests[key])
+            ids[i] = entry.invocation_id
+        await self._store.put_keys(self._ns, self._queue, new, now())
+        self._faults.hit("submit.keys_stored")
+        old = [entry.invocation_id for entry in stored.values()]
+        known = await self._store.recorded_ids(self._ns, old) if old else set()
+        return ids, known
 
     def _admitting(self) -> Queue:
         """The row, if the queue admits work now.
@@ -246,6 +320,7 @@ class QueueActor(Actor[QueueMsg]):
         row = self.row
         assert row is not None
         await self._record_admitted(waiting)
+        self._faults.hit("submit.recorded")
         await self._bus.nudge(self._ns, row.name)
         items, published = waiting.items, waiting.published
         return SubmitAnswer(
@@ -296,6 +371,7 @@ class QueueActor(Actor[QueueMsg]):
     async def _patch(self, patch: QueuePatch, actor: str | None) -> Queue:
         old = self.row
         assert old is not None
+        self._faults.hit("queue.patch")
         if patch.kind is not UNSET:
             raise ImmutableField(
                 "kind",
@@ -348,17 +424,56 @@ class QueueActor(Actor[QueueMsg]):
         members = await self._workers.ask(ask(self._ns, old.name))
         if members and not force:
             raise QueueHasMembers(old.name, [w.name for w in members])
+        cancelled = await self._cancel_pending_for_deletion(actor)
         await self._bus.delete_queue(self._ns, old.name)
         await self._store.delete_queue(self._ns, old.name)
+        # A queue re-created with this name starts afresh: its keys name nothing.
+        await self._store.forget_keys(self._ns, old.name)
         await self._store.append_queue_event(
             self._ns,
             old.name,
             "deleted",
             actor,
-            {"before": row_dict(old), "scrubbed": [w.name for w in members], "force": force},
+            {
+                "before": row_dict(old),
+                "scrubbed": [w.name for w in members],
+                "force": force,
+                "cancelled": cancelled,
+            },
         )
-        log.info("queue %s/%s deleted (force=%s)", self._ns, old.name, force)
+        log.info(
+            "queue %s/%s deleted (force=%s, %d pending cancelled)",
+            self._ns, old.name, force, cancelled,
+        )  # fmt: skip
         return members
+
+    async def _cancel_pending_for_deletion(self, actor: str | None) -> int:
+        """Record every invocation still pending as ``cancelled`` (reason ``queue_deleted``)
+        before its stream goes; running ones finish on their daemons and are recorded."""
+        assert self.row is not None
+        pending = await self._bus.pending_messages(
+            self._ns, self._queue, levels=levels_of(self.row.kind), limit=MAX_CANCEL_ON_DELETE
+        )
+        ts = now()
+        events = []
+        for seq, payload in pending:
+            try:
+                inv_id = codec.decode(payload, Invocation).id
+            except msgspec.DecodeError:
+                continue  # not an invocation: nothing to record
+            events.append(
+                InvocationEvent(
+                    namespace=self._ns,
+                    queue=self._queue,
+                    invocation_id=inv_id,
+                    ts=ts,
+                    type=EventType.CANCELLED,
+                    detail={"seq": seq, "by": actor, "reason": "queue_deleted"},
+                )  # fmt: skip
+            )
+        for batch in admission.event_batches(events):
+            await self._bus.publish_events(self._ns, self._queue, batch)
+        return len(events)
 
     async def _commit(self, old: Queue, new: Queue, event: str, actor: str | None) -> None:
         await self._store.update_queue(new)
@@ -372,3 +487,10 @@ class QueueActor(Actor[QueueMsg]):
         await self._bus.ensure_queue(
             self._ns, row.name, levels=levels_of(row.kind), max_depth=row.max_depth
         )
+
+
+def _key_conflict(key: str, where: str) -> Conflict:
+    return Conflict(
+        f"idempotency key {key!r} was used {where} with another body; a key names one "
+        "invocation — retry with the same body, or use a new key"
+    )

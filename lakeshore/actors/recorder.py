@@ -29,6 +29,7 @@ from lakeshore import fencing
 from lakeshore.actors.base import Actor
 from lakeshore.bus.port import Delivery, Feed
 from lakeshore.errors import Unavailable
+from lakeshore.faults import Faults
 from lakeshore.fencing import Fence, Fenced, Key
 from lakeshore.model import EventType, InvocationEvent
 from lakeshore.store.port import InvocationHistory
@@ -114,8 +115,10 @@ class Recorder(Actor[RecorderMsg]):
         finished_cache: int = 100_000,
         prune_every_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        faults: Faults | None = None,
     ) -> None:
         self._store, self._feed = store, feed
+        self._faults = faults or Faults()
         self._max_batch, self._fetch_timeout_s = max_batch, fetch_timeout_s
         self._cache_size, self._prune_every_s, self._clock = finished_cache, prune_every_s, clock
         self._unfinished: dict[Key, Fence] = {}
@@ -220,6 +223,7 @@ class Recorder(Actor[RecorderMsg]):
         # append re-fences the redelivered batch to the same outcome. History follows.
         self._resolve_finished(fenced)
         await self._store.append_invocation_events(rows, batches=[d.seq for d in fresh])
+        self._faults.hit("recorder.appended")
         self._commit(fenced, deliveries)
 
     def _resolve_finished(self, fenced: Fenced) -> None:

@@ -163,6 +163,18 @@ class InMemoryBus:
                 return seq, m.payload
         return None
 
+    async def pending_messages(
+        self, namespace: str, queue: str, *, levels: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        self._check()
+        stream = self._streams.get((namespace, queue))
+        found = [
+            (seq, m.payload)
+            for seq, m in (stream.messages.items() if stream else ())
+            if not m.delivered and m.level < levels
+        ]
+        return sorted(found, key=lambda sp: sp[0])[:limit]
+
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         self._check()
         stream = self._streams.get((namespace, queue))

@@ -214,6 +214,30 @@ class NatsBus:
                     oldest = (msg.seq, msg.data or b"")
         return oldest
 
+    async def pending_messages(
+        self, namespace: str, queue: str, *, levels: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Undelivered invocations, read one by one after each level's delivered floor
+        (a few requests per message: for a queue's removal, not a hot path)."""
+        stream = subjects.queue_stream(namespace, queue)
+        out: list[tuple[int, bytes]] = []
+        async with self._errors(f"read the pending invocations of {namespace}/{queue}"):
+            for level in range(levels):
+                try:
+                    ci = await self._js.consumer_info(stream, subjects.level_consumer(level))
+                except jse.NotFoundError:
+                    continue
+                seq = (ci.delivered.stream_seq or 0) + 1
+                subject = subjects.level_subject(namespace, queue, level)
+                while len(out) < limit:
+                    try:
+                        msg = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
+                    except jse.NotFoundError:
+                        break
+                    out.append((msg.seq, msg.data or b""))
+                    seq = msg.seq + 1
+        return out
+
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
         async with self._errors(f"delete message {seq} of {namespace}/{queue}"):

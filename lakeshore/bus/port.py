@@ -83,6 +83,12 @@ class Bus(Protocol):
     ) -> tuple[int, bytes] | None:
         """The oldest undelivered invocation over every level: ``(seq, payload)``."""
 
+    async def pending_messages(
+        self, namespace: str, queue: str, *, levels: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` undelivered invocations over every level, oldest first per level:
+        ``(seq, payload)`` (an unknown queue: none)."""
+
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
 

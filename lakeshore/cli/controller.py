@@ -6,11 +6,16 @@ import click
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run
-from lakeshore.model import ControllerStatus
+from lakeshore.model import ControllerStatus, UnitStatus
 
 
 def status_table(s: ControllerStatus) -> str:
-    """One row per queue and per pool, then the live steal leases."""
+    """One row per queue and per pool, then the live steal leases.
+
+    DESIRED, ACTUAL and LAUNCHING count managed daemons (the controller's own). When more
+    daemons serve the unit than the managed ones (hand-launched daemons), ACTUAL says so:
+    ``0 (4 total)``.
+    """
     if not s.ticks:
         return "the controller has not ticked yet; try again in a moment"
     rows = output.table(
@@ -21,7 +26,7 @@ def status_table(s: ControllerStatus) -> str:
                 u.name if u.pool is None else f"{u.name} (pool {u.pool})",
                 u.policy,
                 u.desired,
-                u.actual,
+                _actual(u),
                 u.launching,
                 u.reason if u.error is None else f"{u.reason}; NOT APPLIED: {u.error}",
             )
@@ -36,6 +41,11 @@ def status_table(s: ControllerStatus) -> str:
     return f"{rows}\n\nsteal leases: {len(s.leases)}\n{leases}"
 
 
+def _actual(u: UnitStatus) -> str:
+    """The managed daemons up, and every daemon up when hand-launched ones add to them."""
+    return str(u.actual) if u.total <= u.actual else f"{u.actual} ({u.total} total)"
+
+
 @click.group(cls=LakeshoreGroup)
 def controller() -> None:
     """The controller: scales daemon fleets by each queue's elasticity, lends idle daemons.
@@ -47,5 +57,9 @@ def controller() -> None:
 
 @controller.command("status")
 def status() -> None:
-    """Per queue and pool: desired and actual managed daemons, launching, and why."""
+    """Per queue and pool: desired and actual managed daemons, launching, and why.
+
+    ACTUAL counts the controller's managed daemons up; `0 (4 total)` means 4 daemons serve
+    the queue (or a member of the pool), none of them managed (launched by hand).
+    """
     run(lambda c: c.controller_status(), status_table)

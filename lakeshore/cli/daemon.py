@@ -74,11 +74,21 @@ def update(ref: str, add: tuple[str, ...], remove: tuple[str, ...]) -> None:
     The daemon picks the change up on its next poll; no relaunch is needed.
 
     Both options are repeatable. Removing every queue puts the daemon on the default
-    queue.
+    queue. A queue may be added before it exists (the daemon pulls from it once it is
+    created); that is warned of on stderr.
     """
     if not add and not remove:
         raise click.UsageError("nothing to change: give --add-queue and/or --remove-queue")
-    run(lambda c: c.worker_queues(ref, add=list(add), remove=list(remove)), output.worker)
+
+    async def go(client: Client, fmt: str) -> None:
+        call = client.worker_queues(ref, add=list(add), remove=list(remove))
+        raw = await call.body()
+        edited = call.decode(raw)
+        for warning in edited.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        output.emit(fmt, raw, lambda: output.worker(edited))
+
+    _with_client(go)
 
 
 _TIMEOUT = click.option(

@@ -1,8 +1,9 @@
 """``lakeshore jobs``: list, inspect, wait for and cancel invocations.
 
-``jobs result`` prints what ``submit --wait`` prints: a command's output, or a function's
-value as JSON. It exits 1, with the error on stderr, when the invocation failed, was
-cancelled or dropped, or had not finished when ``--wait`` ran out.
+``jobs result`` prints what ``submit --wait`` prints: a command's output (its stdout on
+stdout, its stderr on stderr), or a function's value as JSON. It exits 1, with the error
+on stderr, when the invocation failed, was cancelled or dropped, or had not finished when
+``--wait`` ran out.
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ def _attempt(job: Job) -> str:
     return f"{job.attempt}/{job.max_attempts}"
 
 
+def _worker(job: Job) -> str | None:
+    """The worker as people know it: its name, or its id once its row is gone."""
+    return job.worker_name or job.worker
+
+
 def jobs_table(rows: list[Job]) -> str:
-    """``jobs ls``: one line per invocation."""
+    """``jobs ls``: one line per invocation; WORKER is the worker's name (its id when the
+    worker's row is gone; ``-o json`` has both)."""
     return output.table(
         JOB_COLUMNS,
         (
-            (j.id, j.queue, j.state, _attempt(j), j.worker, j.submitted_at, j.pending_reason)
+            (j.id, j.queue, j.state, _attempt(j), _worker(j), j.submitted_at, j.pending_reason)
             for j in rows
         ),
     )
@@ -69,8 +76,10 @@ def _indent(text: str) -> str:
 def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
     """Print a result-route answer; raise so the command exits 1 unless it succeeded.
 
-    ``table`` prints a command's output as it is and a function's value as JSON; a failure's
-    remote traceback goes to stderr before the ``error:`` line.
+    ``table`` prints a command's stdout as it is on stdout and its stderr on stderr (a
+    result stored before the two were kept apart has only ``output``, both interleaved:
+    printed on stdout), and a function's value as JSON; a failure's remote traceback goes
+    to stderr before the ``error:`` line.
 
     Raises:
         LakeshoreError: the invocation failed, was cancelled or dropped, or is unfinished.
@@ -86,7 +95,9 @@ def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
         )
     if fmt == "table":
         if answer.output is not None:
-            click.echo(answer.output, nl=not answer.output.endswith("\n") and bool(answer.output))
+            _echo_tail(answer.output, err=False)
+            if answer.stderr:
+                _echo_tail(answer.stderr, err=True)
         elif answer.ok:
             click.echo(json.dumps(answer.value, indent=2, ensure_ascii=False))
     err = failure(answer)
@@ -95,6 +106,11 @@ def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
     if isinstance(err, RemoteError) and err.traceback and fmt == "table":
         click.echo(err.traceback.rstrip("\n"), err=True)
     raise err
+
+
+def _echo_tail(text: str, *, err: bool) -> None:
+    """A command's output as it was written, ended by a newline unless it is empty."""
+    click.echo(text, nl=bool(text) and not text.endswith("\n"), err=err)
 
 
 def fetch_result(invocation_id: str, wait_s: float) -> None:

@@ -198,6 +198,8 @@ def workers(rows: list[Worker]) -> str:
 
 def worker(w: Worker) -> str:
     pairs = msgspec.structs.asdict(w)
+    # A membership edit's answer also has ``warnings``; the command prints them on stderr.
+    pairs.pop("warnings", None)
     if not w.queues:
         # The empty list is how the API spells the default queue; say so for people.
         pairs["queues"] = "[]  (the default queue)"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 
 import click
 
@@ -49,14 +52,43 @@ def server(**flags: object) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Every file the server writes (store, WAL, logs, NATS store) is its user's alone.
+    os.umask(0o077)
     try:
         settings = load_server_settings(flags)
+        _refuse_a_store_in_use(settings.data_dir)
         asyncio.run(_run(settings))
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         pass
+
+
+def _refuse_a_store_in_use(data_dir: Path) -> None:
+    """Fail at once if another process holds the data dir's store (DuckDB locks the file),
+    before anything starts: a second server would otherwise start a second NATS on the
+    first one's NATS store before the store refused it.
+
+    Raises:
+        Unavailable: the store is locked by another process.
+    """
+    from lakeshore.errors import Unavailable
+
+    path = Path(data_dir) / "lakeshore.duckdb"
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return  # no store yet (or unreadable: opening it will say why)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise Unavailable(
+            f"the store {path} is in use by another process: another `lakeshore server` "
+            f"runs on the data dir {data_dir}; stop it first, or use another --data-dir"
+        ) from None
+    finally:
+        os.close(fd)  # and with it the probe's lock
 
 
 async def _run(settings) -> None:

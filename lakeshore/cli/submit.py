@@ -1,10 +1,10 @@
 """``lakeshore submit``: put one invocation on a queue, a command or a ``module:qualname``.
 
 Without ``--wait`` it prints the invocation id on stdout. With ``--wait`` it prints the
-result instead (a command's output, a function's value as JSON) and exits 1 if the
-invocation failed; the id then goes to stderr. Server warnings go to stderr as
-``warning: …`` lines. ``-o json``/``yaml`` print the submit answer, or with ``--wait`` the
-result, as the API sent it.
+result instead (a command's stdout on stdout and its stderr on stderr, a function's value
+as JSON) and exits 1 if the invocation failed; the id then goes to stderr. Server warnings
+go to stderr as ``warning: …`` lines. ``-o json``/``yaml`` print the submit answer, or with
+``--wait`` the result, as the API sent it.
 """
 
 from __future__ import annotations

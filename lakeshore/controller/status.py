@@ -17,11 +17,13 @@ from collections.abc import Iterable, Mapping
 from lakeshore.controller.decisions import Explanation
 from lakeshore.controller.pools import pool_cap
 from lakeshore.controller.snapshot import QueueKey, QueueLoad
-from lakeshore.model import ElasticityKind, Queue, QueueState
+from lakeshore.model import ElasticityKind, Queue, QueueState, Worker, WorkerStatus, serves
 from lakeshore.model.controller import Scope, UnitStatus
 
 #: ``(namespace, scope, name)`` of a status row.
 UnitKey = tuple[str, Scope, str]
+#: Daemons counted as up in ``total`` (as in ``actual``).
+_LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 
 
 def policy_of(q: Queue) -> str:
@@ -36,6 +38,7 @@ def unit_rows(
     queues: Mapping[QueueKey, Queue],
     launched: Counter[QueueKey],
     errors: Mapping[UnitKey, str],
+    workers: Iterable[Worker] = (),
 ) -> dict[UnitKey, UnitStatus]:
     """Status rows from a tick's explanations.
 
@@ -44,10 +47,14 @@ def unit_rows(
         queues: the snapshot's queue rows by ``(namespace, name)``.
         launched: daemons this tick launched, per ``(namespace, queue)`` launched for.
         errors: the latest apply failure per unit, if any.
+        workers: the snapshot's worker rows, for each row's ``total``: the daemons up
+            (idle or busy) whose membership serves the queue, or for a pool any of its
+            member queues, hand-launched ones included.
 
     Returns:
         The rows by ``(namespace, scope, name)``.
     """
+    live = [w for w in workers if w.status in _LIVE]
     members: dict[tuple[str, str], list[Queue]] = {}
     for q in queues.values():
         if q.elasticity.pool is not None and q.state is not QueueState.ARCHIVED:
@@ -61,10 +68,12 @@ def unit_rows(
     for e in explanations:
         key: UnitKey = (e.namespace, e.scope, e.name)
         if e.scope is Scope.POOL:
-            cap = pool_cap(members.get((e.namespace, e.name), []))
+            pool = members.get((e.namespace, e.name), [])
+            served, cap = [q.name for q in pool], pool_cap(pool)
             policy, fresh = f"pool max {cap}", pool_launched[e.namespace, e.name]
         else:
             q = queues[e.namespace, e.name]
+            served = [q.name]
             cap, policy, fresh = q.elasticity.max, policy_of(q), launched[e.namespace, e.name]
         rows[key] = UnitStatus(
             namespace=e.namespace,
@@ -78,6 +87,11 @@ def unit_rows(
             launching=e.launching + fresh,
             reason=e.reason,
             error=errors.get(key),
+            total=sum(
+                1
+                for w in live
+                if w.namespace == e.namespace and any(serves(w, name) for name in served)
+            ),
         )
     return rows
 

@@ -136,6 +136,7 @@ class Job:
                     error=timed_out_error(e),
                     exit_code=capture.exit_code,
                     output=capture.text() if inv.command else None,
+                    stderr=capture.stderr_text() if inv.command else None,
                 )
             except asyncio.CancelledError:
                 # Our own stop() cancelled the run; a cancellation of this task is not ours.
@@ -199,6 +200,7 @@ class Job:
             epoch=self.claim.epoch,
             exit_code=outcome.exit_code,
             output=outcome.output,
+            stderr=outcome.stderr,
         )
         await self._ctx.bus.put_result(c.invocation.namespace, self.id, c.epoch, result)
 

@@ -24,7 +24,7 @@ import msgspec
 
 from lakeshore.model import Invocation, RemoteError
 
-#: Bytes of a command's combined stdout and stderr kept: the last ones.
+#: Bytes of a command's stdout kept, and as many of its stderr: the last ones of each.
 TAIL_BYTES = 64 * 1024
 _READ_BYTES = 64 * 1024
 
@@ -38,17 +38,18 @@ class Outcome:
     value: Any = None
     error: RemoteError | None = None
     exit_code: int | None = None
-    #: the last :data:`TAIL_BYTES` of a command's output, decoded leniently
+    #: the last :data:`TAIL_BYTES` of a command's stdout, decoded leniently
     output: str | None = None
+    #: the last :data:`TAIL_BYTES` of a command's stderr, decoded leniently
+    stderr: str | None = None
 
 
-class Capture:
-    """A command's output so far (its tail) and exit code, readable after a cancelled run."""
+class _Tail:
+    """The last ``limit`` bytes of a stream."""
 
-    def __init__(self, limit: int = TAIL_BYTES) -> None:
+    def __init__(self, limit: int) -> None:
         self._limit = limit
         self._buf = bytearray()
-        self.exit_code: int | None = None
 
     def feed(self, chunk: bytes) -> None:
         self._buf += chunk
@@ -58,6 +59,35 @@ class Capture:
     def text(self) -> str:
         # The cut may split a multi-byte character; "replace" keeps the rest readable.
         return self._buf.decode("utf-8", errors="replace")
+
+
+class Capture:
+    """A command's stdout and stderr so far (a tail of ``limit`` bytes each) and exit code,
+    readable after a cancelled run.
+
+    They are kept apart so that the producer gets them back apart: ``lakeshore submit
+    --wait`` prints the stdout on its stdout and the stderr on its stderr.
+    """
+
+    def __init__(self, limit: int = TAIL_BYTES) -> None:
+        self._out, self._err = _Tail(limit), _Tail(limit)
+        self.exit_code: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Add to the stdout tail."""
+        self._out.feed(chunk)
+
+    def feed_stderr(self, chunk: bytes) -> None:
+        """Add to the stderr tail."""
+        self._err.feed(chunk)
+
+    def text(self) -> str:
+        """The stdout tail."""
+        return self._out.text()
+
+    def stderr_text(self) -> str:
+        """The stderr tail."""
+        return self._err.text()
 
 
 def remote_error(e: BaseException) -> RemoteError:
@@ -99,7 +129,7 @@ class Runner:
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=asyncio.subprocess.PIPE,
                 env=env,
                 # Its own process group, so a kill also reaches what a shell started.
                 start_new_session=True,
@@ -107,23 +137,31 @@ class Runner:
         except OSError as e:
             return Outcome(ok=False, error=remote_error(e))
         try:
-            assert proc.stdout is not None
-            while chunk := await proc.stdout.read(_READ_BYTES):
-                capture.feed(chunk)
+            assert proc.stdout is not None and proc.stderr is not None
+            # Both at once: a command blocked writing one full pipe never closes the other.
+            await asyncio.gather(
+                _pump(proc.stdout, capture.feed), _pump(proc.stderr, capture.feed_stderr)
+            )
             code = await proc.wait()
         finally:
             if proc.returncode is None:
                 _kill_group(proc.pid)
                 await proc.wait()
             capture.exit_code = proc.returncode
-        output = capture.text()
+        output, stderr = capture.text(), capture.stderr_text()
         if code == 0:
-            return Outcome(ok=True, exit_code=0, output=output)
+            return Outcome(ok=True, exit_code=0, output=output, stderr=stderr)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
         error = RemoteError(
             type="subprocess.CalledProcessError", message=f"command {argv[0]!r} {how}"
         )
-        return Outcome(ok=False, error=error, exit_code=code, output=output)
+        return Outcome(ok=False, error=error, exit_code=code, output=output, stderr=stderr)
+
+
+async def _pump(stream: asyncio.StreamReader, feed: Callable[[bytes], None]) -> None:
+    """Feed a pipe's bytes on until the command closes it."""
+    while chunk := await stream.read(_READ_BYTES):
+        feed(chunk)
 
 
 def _kill_group(pgid: int) -> None:

@@ -17,7 +17,7 @@ from lakeshore.http import (
 )
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
-from lakeshore.http.state import ACCESS, CONNECTED, FLEET, JOBS, QUEUES
+from lakeshore.http.state import ACCESS, FLEET, JOBS, PROBLEMS, QUEUES
 from lakeshore.services import Services
 
 ROUTE_MODULES = (
@@ -43,7 +43,7 @@ def make_app(services: Services) -> web.Application:
     app[JOBS] = services.jobs
     app[QUEUES] = services.queues
     app[FLEET] = services.fleet
-    app[CONNECTED] = services.connected
+    app[PROBLEMS] = services.problems
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

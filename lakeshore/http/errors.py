@@ -11,12 +11,17 @@ import logging
 import msgspec
 from aiohttp import web
 
-from lakeshore.errors import Internal, Invalid, LakeshoreError, TooLarge
+from lakeshore.errors import Internal, Invalid, LakeshoreError, TooLarge, TooLong
 from lakeshore.http.routes import reply
-from lakeshore.model import ErrorBody, ErrorDetail
+from lakeshore.model import MAX_JSON_DEPTH, ErrorBody, ErrorDetail
 
 log = logging.getLogger(__name__)
 
+#: Longest URL (path and query) a route answers; longer is 414 (the server reads request
+#: lines up to :data:`MAX_LINE_BYTES`, so that the answer is in the API's error shape).
+MAX_URL_BYTES = 8_190
+#: Longest request line the HTTP server parses (``handler_args`` of the runner).
+MAX_LINE_BYTES = 1024 * 1024
 #: aiohttp's own HTTP exceptions (unknown route, wrong method, body too large) by status.
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -27,12 +32,21 @@ def render(err: LakeshoreError) -> web.Response:
 
 @web.middleware
 async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
+    if len(request.raw_path) > MAX_URL_BYTES:
+        return render(
+            TooLong(
+                f"the URL is {len(request.raw_path)} bytes, more than {MAX_URL_BYTES}; "
+                "send large inputs in the request body"
+            )
+        )
     try:
         return await handler(request)
     except LakeshoreError as e:
         return render(e)
     except (msgspec.ValidationError, msgspec.DecodeError) as e:
         return render(Invalid(f"invalid request body: {e}"))
+    except RecursionError:
+        return render(Invalid(f"invalid request body: JSON nested more than {MAX_JSON_DEPTH} deep"))
     except web.HTTPRequestEntityTooLarge as e:
         return render(TooLarge(f"request body too large: {e.text}"))
     except web.HTTPException as e:
@@ -42,7 +56,10 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         message = f"{request.method} {request.path}: {e.reason.lower()}"
         if e.status == 404:
             message += "; see GET /v1/openapi.json for the routes"
-        return reply(ErrorBody(ErrorDetail(code, message)), status=e.status)
+        answer = reply(ErrorBody(ErrorDetail(code, message)), status=e.status)
+        if "Allow" in e.headers:  # a 405 says which methods the path has
+            answer.headers["Allow"] = e.headers["Allow"]
+        return answer
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return render(Internal("internal error; the server log has the details"))

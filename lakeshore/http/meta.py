@@ -9,9 +9,9 @@ from aiohttp import web
 from msgspec import Struct
 
 from lakeshore import __version__
-from lakeshore.errors import Unavailable
+from lakeshore.errors import Degraded
 from lakeshore.http.routes import RouteDoc, Routes, reply
-from lakeshore.http.state import CONNECTED
+from lakeshore.http.state import PROBLEMS
 from lakeshore.model import ErrorBody
 
 routes = Routes()
@@ -23,11 +23,16 @@ class Health(Struct, frozen=True):
 
 
 @routes.route(
-    "GET", "/v1/healthz", "Ready: NATS connected and the store open", answer=Health, public=True
+    "GET",
+    "/v1/healthz",
+    "Ready: NATS connected, the store open and every actor up (503 degraded names what is not)",
+    answer=Health,
+    public=True,
 )
 async def healthz(request: web.Request) -> web.Response:
-    if not request.app[CONNECTED]():
-        raise Unavailable("NATS is not connected")
+    problems = request.app[PROBLEMS]()
+    if problems:
+        raise Degraded(problems)
     return reply(Health("ok", __version__))
 
 

@@ -13,5 +13,5 @@ ACCESS: web.AppKey[Access] = web.AppKey("access", Access)
 JOBS: web.AppKey[JobService] = web.AppKey("jobs", JobService)
 QUEUES: web.AppKey[QueueService] = web.AppKey("queues", QueueService)
 FLEET: web.AppKey[FleetService] = web.AppKey("fleet", FleetService)
-#: whether the control plane's NATS connection is up
-CONNECTED: web.AppKey[Callable[[], bool]] = web.AppKey("connected")
+#: what is wrong with the control plane now (empty: healthy)
+PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")

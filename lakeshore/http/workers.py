@@ -8,7 +8,7 @@ from msgspec import Struct
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import FLEET
-from lakeshore.model import MembershipEdit, Worker
+from lakeshore.model import MembershipEdit, Worker, WorkerEdited
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/workers"
@@ -33,9 +33,9 @@ async def show(request: web.Request) -> web.Response:
 @routes.route(
     "POST",
     BASE + "/{id}/queues",
-    "Add and remove queues of a worker",
+    "Add and remove queues of a worker; warns of an added queue that does not exist yet",
     body=MembershipEdit,
-    answer=Worker,
+    answer=WorkerEdited,
 )
 async def edit_queues(request: web.Request) -> web.Response:
     ns = await namespace(request)

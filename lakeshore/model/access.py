@@ -6,6 +6,8 @@ from datetime import datetime
 
 from msgspec import Struct
 
+from lakeshore.model.names import Text
+
 
 class Namespace(Struct, frozen=True, kw_only=True):
     name: str
@@ -38,4 +40,4 @@ class NamespaceCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class TokenCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    description: str = ""
+    description: Text = ""

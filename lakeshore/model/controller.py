@@ -42,6 +42,9 @@ class UnitStatus(Struct, frozen=True, kw_only=True):
     reason: str
     #: the last failure to apply a decision for this unit (it is retried every tick)
     error: str | None = None
+    #: every daemon up and serving the unit, hand-launched ones included (``actual`` counts
+    #: the managed ones only)
+    total: int = 0
 
 
 class LeaseStatus(Struct, frozen=True, kw_only=True):

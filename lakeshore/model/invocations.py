@@ -13,8 +13,18 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
+from lakeshore.model.names import MAX_LABEL, MAX_TIMEOUT_S
+
 #: Largest batch one submit may carry.
 MAX_BATCH = 10_000
+#: Longest ``fn`` (``module:qualname``).
+MAX_FN = 512
+#: Most arguments of a ``command``.
+MAX_ARGV = 4_096
+#: Most variables of an invocation's ``env``.
+MAX_ENV = 1_024
+
+EnvName = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL)]
 
 
 class InvocationState(StrEnum):
@@ -67,16 +77,17 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """One invocation as a producer submits it: ``fn`` or ``command``, not both."""
 
     #: ``module:qualname`` of a function importable on the daemon
-    fn: str | None = None
+    fn: Annotated[str, Meta(max_length=MAX_FN)] | None = None
+    #: JSON values, nested at most ``MAX_JSON_DEPTH`` deep (the whole invocation ≤ 1 MiB)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     #: argv of a subprocess to run instead of ``fn``
-    command: list[str] | None = None
-    env: dict[str, str] = {}
+    command: Annotated[list[str], Meta(max_length=MAX_ARGV)] | None = None
+    env: Annotated[dict[EnvName, str], Meta(max_length=MAX_ENV)] = {}
     #: 0–9, higher first; priority queues only
     priority: Annotated[int, Meta(ge=0, le=9)] = 0
-    #: a run longer than this is killed and counts as a failed attempt (seconds)
-    timeout_s: Annotated[float, Meta(gt=0)] | None = None
+    #: a run longer than this is killed and counts as a failed attempt (seconds, ≤ 30 days)
+    timeout_s: Annotated[float, Meta(gt=0, le=MAX_TIMEOUT_S)] | None = None
     max_attempts: Annotated[int, Meta(ge=1, le=100)] = 1
     #: a retried submit with the same key is the same invocation
     idempotency_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
@@ -162,8 +173,11 @@ class Result(Struct, frozen=True, kw_only=True):
     worker: str | None = None
     epoch: int = 0
     exit_code: int | None = None
-    #: bounded tail of a command's combined output
+    #: bounded tail of a command's stdout (of its combined stdout and stderr when
+    #: ``stderr`` is ``None``: a result stored before the two were kept apart)
     output: str | None = None
+    #: bounded tail of a command's stderr
+    stderr: str | None = None
 
 
 class Attempt(Struct, frozen=True, kw_only=True):
@@ -174,8 +188,11 @@ class Attempt(Struct, frozen=True, kw_only=True):
     epoch: int | None
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    #: succeeded | failed | retrying | cancelled | stale | running
+    #: succeeded | failed | retrying | cancelled | stale | running | lost
     outcome: str
+    #: another worker ran the same epoch first (an unconfirmed ack let a second daemon
+    #: claim it): this execution is a duplicate, and its completion is ``stale``
+    duplicate: bool = False
 
 
 class Job(Struct, frozen=True, kw_only=True):
@@ -200,6 +217,8 @@ class Job(Struct, frozen=True, kw_only=True):
     #: pending only: how many pending invocations of the queue are ahead of this one
     position: int | None = None
     error: RemoteError | None = None
+    #: the name of ``worker`` (which is the worker's id), while the worker row exists
+    worker_name: str | None = None
 
 
 class JobDetail(Job, frozen=True, kw_only=True):

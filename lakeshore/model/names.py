@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
-from lakeshore.errors import InvalidName
+from lakeshore.errors import Invalid, InvalidName
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 NAME_MAX = 63
@@ -45,13 +45,64 @@ def validate_name(what: str, value: str) -> str:
     return value
 
 
+def check_depth(what: str, value: Any) -> None:
+    """Refuse JSON values nested deeper than :data:`MAX_JSON_DEPTH` (they would exhaust the
+    recursion of every decoder that reads them later: the daemon's, the store's).
+
+    Raises:
+        Invalid: naming ``what`` and the limit.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise Invalid(
+                f"{what} is nested more than {MAX_JSON_DEPTH} levels deep; flatten it or pass "
+                "a reference (a path or URL) instead"
+            )
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
 
+# ---- limits: every number, size and count a request may carry (400 beyond, naming it) --
+
+#: Most invocations a queue may hold (``max_depth``).
+MAX_DEPTH = 1_000_000_000
+#: Most controller-managed daemons of a queue (``elasticity.min`` / ``max``).
+MAX_FLEET = 1_000
+#: Largest ``elasticity.target_pending``.
+MAX_TARGET_PENDING = 1_000_000
+#: Longest delay of an elasticity rule (``scale_down_idle_s`` …): one week (seconds).
+MAX_DELAY_S = 7 * 24 * 3600.0
+#: Longest ``timeout_s`` of an invocation: 30 days (seconds).
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+#: Largest ``elasticity.cost_weight``.
+MAX_COST_WEIGHT = 1_000_000.0
+#: Longest free text (descriptions).
+MAX_TEXT = 1_024
+#: Most entries of a label, match, env or config object, and of a list of queue names.
+MAX_ENTRIES = 64
+#: Longest label key and value.
+MAX_LABEL = 253
+#: Deepest nesting of JSON values a request may carry (``args``, ``kwargs``, ``config``).
+MAX_JSON_DEPTH = 64
+
 NonNegInt = Annotated[int, Meta(ge=0)]
 
 NonNegFloat = Annotated[float, Meta(ge=0)]
+
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+LabelKey = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL)]
+LabelValue = Annotated[str, Meta(max_length=MAX_LABEL)]
+Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_ENTRIES)]
+Depth = Annotated[int, Meta(ge=1, le=MAX_DEPTH)]
+Delay = Annotated[float, Meta(ge=0, le=MAX_DELAY_S)]
 
 Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 

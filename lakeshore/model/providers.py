@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
+from lakeshore.model.names import MAX_ENTRIES, Labels
 from lakeshore.model.workers import Worker
 
 #: The provider every namespace has without creating it (not stored, cannot be deleted).
@@ -37,7 +38,8 @@ class Provider(Struct, frozen=True, kw_only=True):
 class ProviderCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
     kind: ProviderKind
-    config: dict[str, Any] = {}
+    #: at most 64 settings, JSON values nested at most 64 deep
+    config: Annotated[dict[str, Any], Meta(max_length=MAX_ENTRIES)] = {}
 
 
 class DaemonLaunch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -46,11 +48,11 @@ class DaemonLaunch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     #: where to start them: the built-in ``local`` or a provider of the namespace
     provider: str = BUILTIN_PROVIDER
     #: the queues every daemon pulls from; ``[]`` is the default queue
-    queues: list[str] = []
+    queues: Annotated[list[str], Meta(max_length=MAX_ENTRIES)] = []
     count: Annotated[int, Meta(ge=1, le=MAX_LAUNCH)] = 1
     #: the daemon's name (one daemon) or its names' stem (``<name>-00`` …)
     name: str
-    labels: dict[str, str] = {}
+    labels: Labels = {}
 
 
 class Launched(Struct, frozen=True, kw_only=True):

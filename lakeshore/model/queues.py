@@ -8,8 +8,21 @@ from typing import Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from lakeshore.model.names import PRIORITY_LEVELS, Name, NonNegFloat, NonNegInt
+from lakeshore.model.names import (
+    MAX_COST_WEIGHT,
+    MAX_FLEET,
+    MAX_TARGET_PENDING,
+    PRIORITY_LEVELS,
+    Delay,
+    Depth,
+    Labels,
+    Name,
+    Text,
+)
 from lakeshore.model.workers import Member
+
+#: A fleet size (``elasticity.min`` / ``max``).
+FleetSize = Annotated[int, Meta(ge=0, le=MAX_FLEET)]
 
 
 class QueueKind(StrEnum):
@@ -60,25 +73,25 @@ class Elasticity(Struct, frozen=True, kw_only=True):
 
     kind: ElasticityKind = ElasticityKind.FIXED
     #: the fewest controller-managed daemons
-    min: NonNegInt = 0
+    min: FleetSize = 0
     #: the most controller-managed daemons
-    max: NonNegInt = 0
+    max: FleetSize = 0
     #: where the controller launches daemons
     provider: Name = "local"
     #: pending+running invocations one daemon is sized for
-    target_pending: Annotated[int, Meta(ge=1)] = 4
+    target_pending: Annotated[int, Meta(ge=1, le=MAX_TARGET_PENDING)] = 4
     #: a managed daemon idle this long may be retired
-    scale_down_idle_s: NonNegFloat = 60.0
+    scale_down_idle_s: Delay = 60.0
     #: burst: oldest pending age that triggers bursting
-    burst_after_s: NonNegFloat = 30.0
+    burst_after_s: Delay = 30.0
     #: queues with the same pool share one fleet
     pool: Name | None = None
     #: label -> value a daemon must carry to serve or steal this queue's work
-    match: dict[str, str] = {}
+    match: Labels = {}
     #: pending this long may be stolen by an idle pool member; null: no stealing
-    steal_delay_s: NonNegFloat | None = None
+    steal_delay_s: Delay | None = None
     #: the queue's weight when a pool's capacity is short
-    cost_weight: Annotated[float, Meta(gt=0)] = 1.0
+    cost_weight: Annotated[float, Meta(gt=0, le=MAX_COST_WEIGHT)] = 1.0
 
 
 class Queue(Struct, frozen=True, kw_only=True):
@@ -153,16 +166,16 @@ class QueueEvent(Struct, frozen=True, kw_only=True):
 class QueueCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: str
     kind: QueueKind = QueueKind.FIFO
-    description: str = ""
-    max_depth: Annotated[int, Meta(ge=1)] | None = None
+    description: Text = ""
+    max_depth: Depth | None = None
     on_full: OnFull = OnFull.REJECT
     #: partial elasticity object: omitted fields take their defaults for the kind
     elasticity: dict[str, Any] | None = None
 
 
 class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    description: str | UnsetType = UNSET
-    max_depth: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
+    description: Text | UnsetType = UNSET
+    max_depth: Depth | None | UnsetType = UNSET
     on_full: OnFull | UnsetType = UNSET
     #: merged into the current elasticity object (its kind may change)
     elasticity: dict[str, Any] | UnsetType = UNSET

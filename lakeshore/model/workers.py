@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
-from lakeshore.model.names import DEFAULT_QUEUE
+from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES
 
 
 class WorkerStatus(StrEnum):
@@ -52,9 +53,19 @@ class Worker(Struct, frozen=True, kw_only=True):
     started_at: datetime
 
 
+class WorkerEdited(Worker, frozen=True, kw_only=True):
+    """The answer to a membership edit: the worker row, then what the edit warns of.
+
+    A worker may be made a member of a queue that does not exist yet (it pulls from it once
+    it is created), so that edit succeeds with a ``queue_not_found: …`` warning.
+    """
+
+    warnings: list[str] = []
+
+
 class MembershipEdit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    add: list[str] = []
-    remove: list[str] = []
+    add: Annotated[list[str], Meta(max_length=MAX_ENTRIES)] = []
+    remove: Annotated[list[str], Meta(max_length=MAX_ENTRIES)] = []
 
 
 class WorkerRegister(Struct, frozen=True, kw_only=True):

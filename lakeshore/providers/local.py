@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -122,8 +123,10 @@ class LocalProvider:
             argv = daemon_argv(self.command, worker, nats_url, self._heartbeat_s)
             path = self.log_path(worker)
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "ab") as out:
+                # Logs hold command lines and output: readable by the server's user only.
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                with os.fdopen(fd, "ab") as out:
                     out.write(f"--- {now().isoformat()} launched: {' '.join(argv)}\n".encode())
                     out.flush()
                     proc = await asyncio.create_subprocess_exec(

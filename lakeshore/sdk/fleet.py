@@ -14,6 +14,7 @@ from lakeshore.model import (
     ProviderCreate,
     ProviderKind,
     Worker,
+    WorkerEdited,
 )
 from lakeshore.sdk.call import Call
 from lakeshore.sdk.transport import Transport
@@ -44,10 +45,15 @@ class FleetRoutes(Transport):
         remove: list[str] | None = None,
         *,
         namespace: str | None = None,
-    ) -> Call[Worker]:
-        """Edit a worker's membership; it takes effect on the worker's next poll."""
+    ) -> Call[WorkerEdited]:
+        """Edit a worker's membership; it takes effect on the worker's next poll.
+
+        The answer is the worker row plus ``warnings``: an added queue that does not exist
+        yet is kept (pulled from once created) and warned of (``queue_not_found: …``).
+        """
         body = MembershipEdit(add=list(add or []), remove=list(remove or []))
-        return Call(self, Worker, "POST", self._ns(namespace, "workers", ref, "queues"), json=body)
+        path = self._ns(namespace, "workers", ref, "queues")
+        return Call(self, WorkerEdited, "POST", path, json=body)
 
     # ---- daemons and providers ----------------------------------------------------------
 

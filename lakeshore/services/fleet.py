@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import Status
 from lakeshore.actors.launcher import AddProvider, LaunchDaemons, RemoveProvider
@@ -16,6 +18,7 @@ from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker
 from lakeshore.bus.port import Bus
 from lakeshore.errors import WorkerNotFound
 from lakeshore.model import (
+    DEFAULT_QUEUE,
     ControllerStatus,
     DaemonControl,
     DaemonLaunch,
@@ -27,6 +30,7 @@ from lakeshore.model import (
     Provider,
     ProviderCreate,
     Worker,
+    WorkerEdited,
     WorkerRegister,
 )
 from lakeshore.providers import find_provider, list_providers
@@ -70,9 +74,20 @@ class FleetService:
 
     async def edit_queues(
         self, namespace: str, ref: str, edit: MembershipEdit, actor: str | None
-    ) -> Worker:
-        """Add and remove queues of a worker; it picks them up on its next heartbeat."""
-        return await self._workers.ask(EditQueues(namespace, ref, edit.add, edit.remove, actor))
+    ) -> WorkerEdited:
+        """Add and remove queues of a worker; it picks them up on its next heartbeat.
+
+        A queue added before it exists is kept (the worker pulls from it once it is
+        created) and warned of: ``queue_not_found: …`` in the answer's ``warnings``.
+        """
+        worker = await self._workers.ask(EditQueues(namespace, ref, edit.add, edit.remove, actor))
+        warnings = [
+            f"queue_not_found: queue {name!r} does not exist in namespace {namespace!r} yet; "
+            f"{worker.name} pulls from it once it is created (lakeshore queues add {name})"
+            for name in dict.fromkeys(edit.add)
+            if name != DEFAULT_QUEUE and await self._store.get_queue(namespace, name) is None
+        ]
+        return WorkerEdited(**msgspec.structs.asdict(worker), warnings=warnings)
 
     async def retire(self, namespace: str, ref: str) -> Worker:
         """Have a worker finish its current run, then exit (told at once, and again in its

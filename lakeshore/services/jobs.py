@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -24,7 +24,7 @@ from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, WaitFinished, WaitRecorded
-from lakeshore.actors.workers import Members
+from lakeshore.actors.workers import ListWorkers, Members
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
 from lakeshore.model import (
@@ -42,6 +42,8 @@ from lakeshore.model import (
 )
 from lakeshore.store.port import JobReads, JobRecord
 
+#: A job or a job with its attempts.
+J = TypeVar("J", bound=Job)
 #: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
 CATCH_UP_S = 2.0
 _WITH_RESULT = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
@@ -130,23 +132,27 @@ class JobService:
         limit: int,
         after: str | None,
     ) -> list[Job]:
-        """Jobs newest first; pending ones carry their ``pending_reason``."""
+        """Jobs newest first; pending ones carry their ``pending_reason``, and each one its
+        ``worker_name`` while that worker's row exists."""
         jobs = await self._store.list_jobs(
             namespace, queue=queue, state=state, limit=limit, after=after
         )
         reasons = {j.queue: "" for j in jobs if j.state is InvocationState.PENDING}
         for name in reasons:
             reasons[name] = await self.pending_reason(namespace, name)
-        return [_with_reason(j, reasons.get(j.queue)) for j in jobs]
+        names = await self._worker_names(namespace, jobs)
+        return [_named(_with_reason(j, reasons.get(j.queue)), names) for j in jobs]
 
     async def show(self, namespace: str, job_id: str) -> JobDetail:
-        """One job with its attempts (and ``pending_reason`` while pending).
+        """One job with its attempts (and ``pending_reason`` while pending), and its
+        ``worker_name`` while that worker's row exists.
 
         Raises:
             NotFound: no such job once the Recorder has caught up.
         """
         record = await self._record(namespace, job_id)
-        return await self._shown(record.job)
+        job = await self._shown(record.job)
+        return _named(job, await self._worker_names(namespace, [job]))
 
     async def result(self, namespace: str, job_id: str, wait_s: float) -> Result | Job:
         """The result once the job has finished, waiting up to ``wait_s`` for it.
@@ -183,7 +189,7 @@ class JobService:
             return summary(await self._shown(job))
         if job.state in _ENDED:
             kind, what = _ENDED[job.state]
-            error = RemoteError(type=kind, message=f"invocation {job.id} {what}")
+            error = job.error or RemoteError(type=kind, message=f"invocation {job.id} {what}")
             return Result(id=job.id, ok=False, error=error, worker=job.worker)
         return await self._stored_result(namespace, record)
 
@@ -240,6 +246,14 @@ class JobService:
         if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
             return row.state.value
         return "queued"
+
+    async def _worker_names(self, namespace: str, jobs: list[Job]) -> dict[str, str]:
+        """Worker id → name, asked of the registry once for all ``jobs`` (not at all when
+        none of them has a worker)."""
+        if not any(j.worker for j in jobs):
+            return {}
+        workers = await self._workers.ask(ListWorkers(namespace))
+        return {w.id: w.name for w in workers}
 
     async def _known(self, namespace: str, job_id: str) -> bool:
         """Whether the Recorder has the job in memory once it has read the events stream up to
@@ -300,6 +314,12 @@ class JobService:
         if job.state is not InvocationState.PENDING:
             return job
         return _with_reason(job, await self.pending_reason(job.namespace, job.queue))
+
+
+def _named(job: J, names: dict[str, str]) -> J:
+    """``job`` with the name of its worker, if the worker's row is still there."""
+    name = names.get(job.worker) if job.worker else None
+    return job if name is None else msgspec.structs.replace(job, worker_name=name)
 
 
 def _with_reason(job: Job, reason: str | None) -> Job:

@@ -19,6 +19,7 @@ from lakeshore.actors.queue import CountWaiting, GetQueue, PatchQueue, Transitio
 from lakeshore.actors.workers import Members
 from lakeshore.bus.port import Bus, QueueCounts
 from lakeshore.model import (
+    DEFAULT_QUEUE,
     Member,
     Namespace,
     Queue,
@@ -120,9 +121,14 @@ class QueueService:
     async def events(
         self, namespace: str, name: str, *, limit: int, verbose: bool
     ) -> list[QueueEvent]:
+        """The queue's events, newest first: only the current queue's (since its row was
+        created), so a queue that was removed and created again does not show the history
+        of the removed one. The default queue's are all its own: it is never removed, and
+        its row is materialised lazily, after events of its members may have been logged."""
         row = await self.get(namespace, name)
+        since = None if row.name == DEFAULT_QUEUE else row.created_at
         return await self._store.list_queue_events(
-            namespace, row.name, limit=limit, verbose=verbose
+            namespace, row.name, limit=limit, verbose=verbose, since=since
         )
 
     async def stats(self, namespace: str, name: str) -> QueueStats:

@@ -22,5 +22,5 @@ class Services:
     jobs: JobService
     queues: QueueService
     fleet: FleetService
-    #: whether the control plane's NATS connection is up (``/v1/healthz``)
-    connected: Callable[[], bool]
+    #: what is wrong now, one line each (empty: healthy) — NATS disconnected, actors down
+    problems: Callable[[], list[str]]

@@ -1,4 +1,8 @@
-"""The DuckDB row store: the only module that holds SQL.
+"""The DuckDB row store (the :mod:`lakeshore.store.port` ports) over one file.
+
+The project's SQL lives in this package only: the rows' statements here, the history's in
+:mod:`.jobs` and :mod:`.fences`, the providers' in :mod:`.providers`, the schema in
+:mod:`.migrations`.
 
 DuckDB's Python API is synchronous and a database file has one writer, so a :class:`Store`
 owns one connection that lives on one dedicated thread. Every public method is a coroutine
@@ -30,6 +34,7 @@ from lakeshore.store import _rows
 from lakeshore.store import migrations as mig
 from lakeshore.store import providers as prov
 from lakeshore.store.jobs import JobQueries
+from lakeshore.store.keys import KeyQueries
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -58,7 +63,7 @@ _INSERT_QUEUE_EVENT = (
 )
 
 
-class Store(JobQueries):
+class Store(JobQueries, KeyQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
     Uniqueness checks followed by a write are atomic without a transaction: this store is
@@ -320,13 +325,21 @@ class Store(JobQueries):
         return event
 
     async def list_queue_events(
-        self, namespace: str, queue: str, limit: int = 50, verbose: bool = False
+        self,
+        namespace: str,
+        queue: str,
+        limit: int = 50,
+        verbose: bool = False,
+        since: datetime | None = None,
     ) -> list[QueueEvent]:
         """The ``limit`` newest events of a queue, newest first.
 
         Args:
             limit: at most this many events (>= 0).
             verbose: fill ``detail``; otherwise it is ``None``.
+            since: only events at or after this time (a naive one is taken as UTC), e.g. a
+                queue row's ``created_at``, so a re-created queue does not show the history
+                of the removed queue of the same name.
 
         Raises:
             errors.Invalid: ``limit`` is negative.
@@ -334,13 +347,13 @@ class Store(JobQueries):
         if limit < 0:
             raise errors.Invalid(f"limit must be 0 or more, got {limit}")
         cols = _QUEUE_EVENT if verbose else _QUEUE_EVENT[:-1]
-        sql = (
-            _rows.select("queue_events", cols)
-            + " WHERE namespace = ? AND queue = ? ORDER BY id DESC LIMIT ?"
-        )
-        return await self._run(
-            lambda con: _rows.fetch(con, QueueEvent, sql, [namespace, queue, limit])
-        )
+        where, params = "namespace = ? AND queue = ?", [namespace, queue]
+        if since is not None:
+            # A naive value binds as TIMESTAMP, cast in the session's time zone: UTC.
+            where += " AND ts >= ?"
+            params.append(since)
+        sql = _rows.select("queue_events", cols) + f" WHERE {where} ORDER BY id DESC LIMIT ?"
+        return await self._run(lambda con: _rows.fetch(con, QueueEvent, sql, [*params, limit]))
 
     # ---- invocation events and jobs: see lakeshore.store.jobs (mixed in) ------------
 
@@ -368,6 +381,49 @@ class Store(JobQueries):
 
 def _connect(path: Path, migrations: Sequence[mig.Migration]) -> Con:
     path.parent.mkdir(parents=True, exist_ok=True)
+    # DuckDB replays a write-ahead log that ends in a torn entry up to the tear and drops
+    # the rest without a word: committed rows would be missing. A SIGKILL never tears one
+    # (each entry is written whole), so a torn log is damage: refuse it, and say how to go
+    # on. (A log cut exactly between two entries cannot be told from a shorter one.)
+    import struct
+
+    wal = path.with_name(path.name + ".wal")
+    data = wal.read_bytes() if wal.exists() else b""
+    pos, known = 0, bool(data)
+
+    def varint() -> int:
+        nonlocal pos
+        value = shift = 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    try:  # the version entry: fields (u16 id, varints) up to 0xFFFF
+        while known and (field := struct.unpack_from("<H", data, pos)[0]) != 0xFFFF:
+            pos += 2
+            if field not in (100, 101, 102, 103):
+                known = False  # a log format this code does not know: DuckDB judges alone
+            for _ in range(varint() if field == 102 else 1):
+                varint()
+        pos += 2
+        while known and pos < len(data):  # entries: u64 size, u64 checksum, payload
+            size = struct.unpack_from("<Q", data, pos)[0]
+            if size > len(data) - pos - 16:
+                break
+            pos += 16 + size
+    except (IndexError, struct.error):
+        pass
+    if known and pos != len(data):
+        raise errors.Unavailable(
+            f"cannot open store {str(path)!r}: its write-ahead log {str(wal)!r} is torn "
+            f"(damaged or truncated: {len(data):,} bytes, the entries end unreadably at byte "
+            f"{pos:,}), so rows it holds would be missing; restore the data dir from a backup, "
+            f"or accept losing what follows the tear with `truncate -s {pos} {wal}`"
+        )
     con = duckdb.connect(str(path))
     try:
         con.execute("SET TimeZone = 'UTC'")
@@ -387,7 +443,8 @@ async def open_store(path: Path, *, migrations: Sequence[mig.Migration] = mig.MI
 
     Raises:
         SchemaTooNew: the file was written by a newer Lakeshore.
-        errors.Unavailable: the file cannot be opened (e.g. another process holds it).
+        errors.Unavailable: the file cannot be opened (e.g. another process holds it), or
+            its write-ahead log is torn or damaged (starting would lose committed rows).
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakeshore-store")
     loop = asyncio.get_running_loop()
@@ -395,7 +452,21 @@ async def open_store(path: Path, *, migrations: Sequence[mig.Migration] = mig.MI
         con = await loop.run_in_executor(executor, _connect, Path(path), migrations)
     except duckdb.IOException as exc:
         executor.shutdown(wait=False, cancel_futures=True)
+        if "Could not set lock" in str(exc):
+            raise errors.Unavailable(
+                f"the store {str(path)!r} is in use by another process (is another "
+                f"`lakeshore server` running on this data dir?): {exc}"
+            ) from exc
         raise errors.Unavailable(f"cannot open store {str(path)!r}: {exc}") from exc
+    except duckdb.Error as exc:
+        executor.shutdown(wait=False, cancel_futures=True)
+        if "WAL" not in str(exc):
+            raise
+        # A damaged log (a checksum mismatch): DuckDB refuses it; say so without a traceback.
+        raise errors.Unavailable(
+            f"cannot open store {str(path)!r}: its write-ahead log is damaged ({exc}); "
+            "restore the data dir from a backup"
+        ) from exc
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
         raise

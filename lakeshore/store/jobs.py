@@ -48,7 +48,7 @@ def _jobs(where: str) -> str:
             max(attempt) AS attempt,
             arg_max(worker, coalesce(epoch, 0))
                 FILTER (WHERE worker IS NOT NULL AND type IN ('claimed', 'started')) AS worker,
-            arg_max(detail, ts) FILTER (WHERE type = 'failed') AS failed_detail
+            arg_max(detail, ts) FILTER (WHERE type IN ('failed', 'cancelled')) AS failed_detail
         FROM invocation_events WHERE {ACCEPTED} AND {where}
         GROUP BY namespace, invocation_id
     ), jobs AS (
@@ -199,6 +199,10 @@ def _job(rec: dict[str, Any], type_: type[T]) -> T:
     rec["command"] = submitted.get("command")
     rec["max_attempts"] = submitted.get("max_attempts") or 1
     rec["error"] = _error(failed.get("error"))
+    if rec["state"] == InvocationState.CANCELLED and failed.get("reason"):
+        rec["error"] = RemoteError(
+            type="lakeshore.Cancelled", message=f"cancelled: {failed['reason']}"
+        )
     return msgspec.convert(rec, type_)
 
 
@@ -214,22 +218,28 @@ def _error(raw: Any) -> RemoteError | None:
 
 
 def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attempt], int]:
-    """One attempt per epoch, and the number of stale events.
+    """One attempt per execution, and the number of stale events.
 
-    An attempt's outcome is its accepted completion, else ``stale`` if it completed too
-    late, else ``running`` for the newest attempt of an unfinished invocation, else
-    ``lost`` (its daemon vanished and the claim was redelivered).
+    An execution is a claim: its epoch and the worker that ran it. Two workers may run the
+    same epoch (an ack that was not confirmed, or a delivery count restarted by a server
+    crash): both are shown, the later one marked ``duplicate``. An attempt's outcome is its
+    accepted completion, else ``stale`` if it completed too late, else ``running`` for the
+    newest attempt of an unfinished invocation, else ``lost`` (its daemon vanished and the
+    claim was redelivered).
     """
-    by_epoch: dict[int, dict[str, Any]] = {}
+    runs: dict[tuple[int, str | None], dict[str, Any]] = {}
     stale = 0
     for type_, epoch, attempt, worker, ts, detail in events:
         stale += type_ == EventType.STALE
         if epoch is None:
             continue
-        a = by_epoch.setdefault(epoch, {"attempt": attempt, "epoch": epoch, "worker": None,
-                                        "seq": None, "outcome": None})  # fmt: skip
+        key = (epoch, worker) if worker is not None else _run_of(runs, epoch)
+        a = runs.get(key)
+        if a is None:
+            again = any(e == epoch for e, _ in runs)
+            a = runs[key] = {"attempt": attempt, "epoch": epoch, "worker": worker, "seq": None,
+                             "outcome": None, "duplicate": again}  # fmt: skip
         a["attempt"] = max(a["attempt"], attempt)
-        a["worker"] = worker or a["worker"]
         a["seq"] = a["seq"] or (_rows.from_json(detail) or {}).get("seq")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
@@ -237,11 +247,16 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a["outcome"], a["ended_at"] = type_, ts
         elif type_ == EventType.STALE and a["outcome"] is None:
             a["outcome"], a["ended_at"] = "stale", ts
-    newest = max(by_epoch, default=None)
-    for epoch, a in by_epoch.items():
+    ordered = sorted(runs.values(), key=lambda a: a["epoch"])  # stable: claims in time order
+    for a in ordered:
         if a["outcome"] is None:
-            a["outcome"] = "running" if epoch == newest and not finished else "lost"
-    return [msgspec.convert(by_epoch[e], Attempt) for e in sorted(by_epoch)], stale
+            a["outcome"] = "running" if a is ordered[-1] and not finished else "lost"
+    return [msgspec.convert(a, Attempt) for a in ordered], stale
+
+
+def _run_of(runs: dict[tuple[int, str | None], dict[str, Any]], epoch: int) -> tuple[int, Any]:
+    """The execution an event without a worker belongs to: the first of its epoch."""
+    return next((k for k in runs if k[0] == epoch), (epoch, None))
 
 
 class JobQueries:

@@ -42,6 +42,7 @@ from lakeshore.model import (
     Worker,
     now,
 )
+from lakeshore.store.port import StoredKey
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -117,6 +118,8 @@ class InMemoryStore:
         #: appended invocation events, in append order, as INVOCATION_EVENT_COLUMNS tuples
         self.invocation_events: list[tuple[Any, ...]] = []
         self._batches: set[int] = set()
+        #: (namespace, queue, key) -> (what it names, when it was stored)
+        self._keys: dict[tuple[str, str, str], tuple[StoredKey, datetime]] = {}
 
     def _live(self) -> None:
         if self._closed:
@@ -244,13 +247,23 @@ class InMemoryStore:
         return _row(QueueEvent, self._queue_events[-1])
 
     async def list_queue_events(
-        self, namespace: str, queue: str, limit: int = 50, verbose: bool = False
+        self,
+        namespace: str,
+        queue: str,
+        limit: int = 50,
+        verbose: bool = False,
+        since: datetime | None = None,
     ) -> list[QueueEvent]:
         if limit < 0:
             raise errors.Invalid(f"limit must be 0 or more, got {limit}")
         self._live()
         key = (namespace, queue)
-        mine = [e for e in reversed(self._queue_events) if (e.namespace, e.queue) == key]
+        floor = None if since is None else _utc(since)
+        mine = [
+            e
+            for e in reversed(self._queue_events)
+            if (e.namespace, e.queue) == key and (floor is None or e.ts >= floor)
+        ]
         return _copies(e if verbose else replace(e, detail=None) for e in mine[:limit])
 
     # ---- invocation history ---------------------------------------------------------
@@ -295,3 +308,37 @@ class InMemoryStore:
     async def max_invocation_id(self) -> str | None:
         self._live()
         return max((row[2] for row in self.invocation_events), default=None)
+
+    # ---- idempotency keys -----------------------------------------------------------
+
+    async def get_keys(
+        self, namespace: str, queue: str, keys: Sequence[str], since: datetime
+    ) -> dict[str, StoredKey]:
+        self._live()
+        found = {k: self._keys.get((namespace, queue, k)) for k in keys}
+        return {k: v[0] for k, v in found.items() if v is not None and v[1] >= _utc(since)}
+
+    async def put_keys(
+        self, namespace: str, queue: str, keys: dict[str, StoredKey], at: datetime
+    ) -> None:
+        self._live()
+        for key, entry in keys.items():
+            self._keys[(namespace, queue, key)] = (entry, _utc(at))
+
+    async def forget_keys(self, namespace: str, queue: str) -> None:
+        self._live()
+        self._keys = {k: v for k, v in self._keys.items() if k[:2] != (namespace, queue)}
+
+    async def prune_keys(self, before: datetime) -> int:
+        self._live()
+        old = [k for k, (_, at) in self._keys.items() if at < _utc(before)]
+        for k in old:
+            del self._keys[k]
+        return len(old)
+
+    async def recorded_ids(self, namespace: str, ids: Sequence[str]) -> set[str]:
+        self._live()
+        wanted = set(ids)
+        return {
+            row[2] for row in self.invocation_events if row[0] == namespace and row[2] in wanted
+        }

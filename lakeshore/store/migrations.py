@@ -118,6 +118,22 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        4,
+        [
+            # Idempotency keys outlive JetStream's duplicate window and every restart: a
+            # retried key answers its first invocation's id for ``idempotency_ttl_s``.
+            f"""CREATE TABLE idempotency_keys (
+                namespace VARCHAR NOT NULL,
+                queue VARCHAR NOT NULL,
+                key VARCHAR NOT NULL,
+                invocation_id VARCHAR NOT NULL,
+                digest VARCHAR NOT NULL,
+                created_at {_TS},
+                PRIMARY KEY (namespace, queue, key)
+            )""",
+        ],
+    ),
 ]
 
 

@@ -53,6 +53,36 @@ class QueueActivity(Struct, frozen=True, kw_only=True):
     oldest_pending_at: datetime | None = None
 
 
+class StoredKey(Struct, frozen=True, kw_only=True):
+    """What an idempotency key named: its invocation, and a digest of the body it came with."""
+
+    invocation_id: str
+    digest: str
+
+
+class IdempotencyKeys(Protocol):
+    """Durable idempotency keys of the queues (their actors are the only writers)."""
+
+    async def get_keys(
+        self, namespace: str, queue: str, keys: Sequence[str], since: datetime
+    ) -> dict[str, StoredKey]:
+        """The keys of ``queue`` stored at or after ``since``, by key."""
+
+    async def put_keys(
+        self, namespace: str, queue: str, keys: dict[str, StoredKey], at: datetime
+    ) -> None:
+        """Store keys, replacing expired ones of the same name, all or none."""
+
+    async def forget_keys(self, namespace: str, queue: str) -> None:
+        """Forget every key of a queue."""
+
+    async def prune_keys(self, before: datetime) -> int:
+        """Forget keys stored before ``before``; answers how many."""
+
+    async def recorded_ids(self, namespace: str, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` have a recorded event."""
+
+
 class NamespaceRows(Protocol):
     async def get_namespace(self, name: str) -> Namespace | None: ...
 
@@ -114,9 +144,15 @@ class QueueEventLog(Protocol):
         """The stored event, its id increasing in append order."""
 
     async def list_queue_events(
-        self, namespace: str, queue: str, limit: int = 50, verbose: bool = False
+        self,
+        namespace: str,
+        queue: str,
+        limit: int = 50,
+        verbose: bool = False,
+        since: datetime | None = None,
     ) -> list[QueueEvent]:
-        """The ``limit`` newest events, newest first; ``detail`` only when ``verbose``."""
+        """The ``limit`` newest events, newest first; ``detail`` only when ``verbose``; only
+        those at or after ``since`` when given (a naive ``since`` is taken as UTC)."""
 
 
 class InvocationHistory(Protocol):
@@ -142,7 +178,7 @@ class InvocationHistory(Protocol):
     async def max_invocation_id(self) -> str | None: ...
 
 
-class QueueStore(QueueRows, ProviderRows, QueueEventLog, Protocol):
+class QueueStore(QueueRows, ProviderRows, QueueEventLog, IdempotencyKeys, Protocol):
     """What the queue actors and the directory use."""
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
+from polling import eventually
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.memory import InMemoryBus
@@ -40,14 +41,6 @@ def event(ns: str, inv: str, queue: str = Q) -> InvocationEvent:
         namespace=ns, queue=queue, invocation_id=inv, ts=datetime.now(UTC),
         type=EventType.SUBMITTED,
     )  # fmt: skip
-
-
-async def eventually(read: Callable[[], Awaitable[_T]], expected: _T) -> None:
-    """Until ``read()`` answers ``expected``: a JetStream ack is fire and forget, so what
-    the consumer reports catches up a moment later (the twin answers at once)."""
-    async with asyncio.timeout(WAIT_S):
-        while await read() != expected:
-            await asyncio.sleep(0.01)
 
 
 async def fetch_n(feed: Feed, n: int) -> list[Delivery]:
@@ -286,9 +279,10 @@ async def test_acked_deliveries_are_not_fetched_again_and_progress_moves(bus, fe
     # The floor moves over a gap-free run of acks only.
     await feed.ack([second])
     await feed.ack([first])
-    await eventually(feed.progress, (2, 3))
+    # An EventFeed ack is fire and forget: the consumer's ack floor catches up a moment later.
+    await eventually(feed.progress, timeout_s=WAIT_S, every_s=0.01, until=lambda p: p == (2, 3))
     await feed.ack([third])
-    await eventually(feed.progress, (3, 3))
+    await eventually(feed.progress, timeout_s=WAIT_S, every_s=0.01, until=lambda p: p == (3, 3))
     async with asyncio.timeout(WAIT_S):
         assert await feed.fetch(10, timeout_s=0.2) == []
 

@@ -330,6 +330,21 @@ async def test_daemon_show_spells_out_the_default_queue(cli, register):
     await cli("daemon", "update", "scratch", expect=USAGE)
 
 
+async def test_daemon_update_warns_of_a_queue_that_does_not_exist_yet(cli, register):
+    await register("train-00")
+    result = await cli("daemon", "update", "train-00", "--add-queue", "eval")
+    assert "[eval]" in result.stdout and "warning" not in result.stdout
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("warning: queue_not_found: queue 'eval' does not exist")
+    as_json = await cli("daemon", "update", "train-00", "--add-queue", "more", "-o", "json")
+    body = json.loads(as_json.stdout)
+    assert body["queues"] == ["eval", "more"] and len(body["warnings"]) == 1
+    assert as_json.stderr.startswith("warning: queue_not_found: queue 'more'")
+    await cli("queues", "add", "eval")
+    quiet = await cli("daemon", "update", "train-00", "--remove-queue", "more")
+    assert quiet.stderr == "" and "[eval]" in quiet.stdout
+
+
 async def test_rm_refuses_a_queue_with_members_unless_forced(cli, register):
     await cli("queues", "add", "training-h100")
     await register("train-00", queues=["training-h100"])

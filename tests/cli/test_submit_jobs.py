@@ -16,8 +16,11 @@ from support import daemon_process
 from lakeshore.actors.recorder import WaitRecorded
 from lakeshore.bus import subjects
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
+from lakeshore.cli.jobs import jobs_table, show_result
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import Invocation
+from lakeshore.model import Job as ModelJob
+from lakeshore.model import Result as ModelResult
 
 Invoke = Callable[..., Awaitable[Result]]
 Q = "/v1/namespaces/default/queues"
@@ -107,9 +110,16 @@ async def test_submit_a_function_with_json_arguments(cli, queue, js):
         3,
     )
     again = await cli(
-        "submit", "--queue", queue, "--fn", "tasks:train", "--idempotency-key", "run-7"
-    )
+        "submit", "--queue", queue, "--fn", "tasks:train",
+        "--args", '[{"lr": 0.1}, 3]', "--kwargs", '{"epochs": 2}',
+        "--max-attempts", "3", "--idempotency-key", "run-7",
+    )  # fmt: skip
     assert again.stdout == result.stdout
+    other = await cli(
+        "submit", "--queue", queue, "--fn", "tasks:train", "--idempotency-key", "run-7",
+        expect=API_ERROR,
+    )  # fmt: skip
+    assert "idempotency key 'run-7'" in other.stderr and "another body" in other.stderr
     assert len(await stored(js)) == 1
 
 
@@ -196,6 +206,20 @@ async def test_jobs_ls_shows_submitted_invocations_newest_first(cli, queue, cont
     assert all(r.split()[-1] == "no_members" for r in rows)
 
 
+def test_jobs_ls_shows_the_workers_name_or_its_id_once_the_row_is_gone():
+    def job(i: str, **worker: str) -> ModelJob:
+        return ModelJob(id=i, namespace="default", queue="q", state="running", **worker)
+
+    table = jobs_table([
+        job("a", worker="w-51cf25801b8f", worker_name="trainer-7"),
+        job("b", worker="w-0123456789ab"),
+        job("c"),
+    ])  # fmt: skip
+    header, *rows = [line.split() for line in table.splitlines()]
+    at = header.index("WORKER")
+    assert [r[at] for r in rows] == ["trainer-7", "w-0123456789ab", "-"]
+
+
 async def test_jobs_ls_filters_and_pages(cli, api, queue, control_plane, js):
     await api.post(Q, {"name": "other"})
     mine = [(await cli("submit", "-q", queue, "--", "true")).stdout.strip() for _ in range(3)]
@@ -276,10 +300,36 @@ async def test_submit_wait_prints_the_commands_output(cli, queue, daemon):
 async def test_submit_wait_of_a_failing_command_exits_1_with_its_output(cli, queue, daemon):
     script = "echo partial; echo oops >&2; exit 3"
     result = await cli("submit", "-q", queue, "--wait", "--", "sh", "-c", script, expect=API_ERROR)
-    assert result.stdout == "partial\noops\n"
-    assert "failed: subprocess.CalledProcessError: command 'sh' exited with status 3" in (
-        result.stderr
-    )
+    # The command's stdout on stdout, its stderr on stderr, then the error.
+    assert result.stdout == "partial\n"
+    err = result.stderr.splitlines()
+    assert err[-2:] == [
+        "oops",
+        f"error: invocation {job_id(result)} failed: subprocess.CalledProcessError: "
+        "command 'sh' exited with status 3",
+    ]
+    again = await cli("jobs", "result", job_id(result), expect=API_ERROR)
+    assert again.stdout == "partial\n"
+    assert again.stderr.startswith("oops\nerror: invocation")
+    as_json = await cli("jobs", "result", job_id(result), "-o", "json", expect=API_ERROR)
+    body = json.loads(as_json.stdout)
+    assert (body["output"], body["stderr"]) == ("partial\n", "oops\n")
+
+
+def job_id(waited: Result) -> str:
+    """The id ``submit --wait`` reports on stderr: ``submitted ID to queue Q; waiting``."""
+    [line] = [x for x in waited.stderr.splitlines() if x.startswith("submitted ")]
+    return line.split()[1]
+
+
+def test_a_result_without_stderr_prints_its_combined_output_on_stdout(capsys):
+    # Stored before stdout and stderr were kept apart: ``output`` holds both.
+    old = ModelResult(id="x", ok=True, exit_code=0, output="out\nerr\n")
+    show_result(old, None, "table")
+    assert capsys.readouterr() == ("out\nerr\n", "")
+    split = ModelResult(id="x", ok=True, exit_code=0, output="out", stderr="err")
+    show_result(split, None, "table")
+    assert capsys.readouterr() == ("out\n", "err\n")
 
 
 async def test_submit_wait_of_a_function_prints_its_value_as_json(cli, queue, daemon):

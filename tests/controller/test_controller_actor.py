@@ -380,6 +380,14 @@ async def test_status_route_sdk_and_cli_show_a_launch_in_flight(bench, monkeypat
     assert "→ launch 1" in line and "workers=[slow-" in line
 
 
+async def test_status_counts_hand_launched_daemons_in_total_not_in_actual(bench):
+    await bench.queue("by-hand")
+    for name in ("hand-0", "hand-1"):
+        await bench.hand_launch(name, ["by-hand"])
+    unit = await bench.wait_unit("by-hand", total=2)
+    assert (unit["desired"], unit["actual"], unit["launching"]) == (0, 0, 0)
+
+
 async def test_elasticity_must_name_a_provider_the_controller_can_launch_on(bench):
     api = bench.api
     await bench.queue("q")

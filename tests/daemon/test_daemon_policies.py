@@ -29,6 +29,15 @@ def test_capture_keeps_the_last_bytes_and_survives_a_cut_character():
     assert capture.text() == "\ufffd!"  # the cut left half of the 2-byte 'é'
     capture.feed(b"xyz")
     assert capture.text() == "yz"
+    assert capture.stderr_text() == ""
+
+
+def test_capture_keeps_a_tail_of_stderr_apart_from_stdout():
+    capture = Capture(limit=3)
+    capture.feed(b"out")
+    capture.feed_stderr(b"err-1")
+    capture.feed_stderr(b"2")
+    assert (capture.text(), capture.stderr_text()) == ("out", "-12")
 
 
 def test_fn_references_are_module_colon_qualname():

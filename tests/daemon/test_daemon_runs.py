@@ -36,23 +36,29 @@ async def test_a_coroutine_function_is_awaited(bench, daemons):
     assert (await bench.result(inv_id, 1)).value == 42
 
 
-async def test_a_command_keeps_its_exit_code_and_the_tail_of_its_output(bench, daemons):
+async def test_a_command_keeps_its_exit_code_and_the_tails_of_stdout_and_stderr(bench, daemons):
     q = await bench.queue("runs-cmd")
     await daemons.start("solo", queues=[q])
-    script = "head -c 70000 /dev/zero | tr '\\0' x; echo; echo to-stderr >&2; echo $GREETING"
+    script = (
+        "head -c 70000 /dev/zero | tr '\\0' x; echo; echo to-stderr >&2; echo $GREETING; "
+        "head -c 70000 /dev/zero | tr '\\0' y >&2; echo last-err >&2"
+    )
     ok_id, bad_id = await bench.submit(
         q,
         command("sh", "-c", script, env={"GREETING": "hello"}),
-        command("sh", "-c", "echo failing; exit 3"),
+        command("sh", "-c", "echo failing; echo why >&2; exit 3"),
     )
     assert await bench.events.wait_final(ok_id) is EventType.SUCCEEDED
     ok = await bench.result(ok_id, 1)
     assert ok.ok and ok.exit_code == 0
     assert len(ok.output.encode()) == 64 * 1024
-    assert ok.output.endswith("x\nto-stderr\nhello\n")
+    assert ok.output.endswith("x\nhello\n")
+    assert len(ok.stderr.encode()) == 64 * 1024
+    assert ok.stderr.endswith("yylast-err\n") and "to-stderr" not in ok.output
     assert await bench.events.wait_final(bad_id) is EventType.FAILED
     bad = await bench.result(bad_id, 1)
-    assert not bad.ok and bad.exit_code == 3 and bad.output == "failing\n"
+    assert not bad.ok and bad.exit_code == 3
+    assert (bad.output, bad.stderr) == ("failing\n", "why\n")
     assert bad.error.type == "subprocess.CalledProcessError"
     [failed] = bench.events.of(EventType.FAILED)
     assert failed.detail["exit_code"] == 3
@@ -105,7 +111,7 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(
     result = await bench.result(inv_id, 1)
     assert result.error.type == "builtins.TimeoutError"
     assert "timeout_s=1.5" in result.error.message
-    assert result.exit_code == -9 and result.output == "started\n"
+    assert result.exit_code == -9 and result.output == "started\n" and result.stderr == ""
     await wait_gone(sleeper)
 
 

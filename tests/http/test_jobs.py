@@ -162,6 +162,22 @@ async def test_detail_has_attempts_and_the_stale_count(jobs: Jobs) -> None:
     assert body["finished_at"] >= body["started_at"] >= body["submitted_at"]
 
 
+async def test_a_duplicate_execution_of_one_epoch_is_an_attempt_of_its_own(jobs: Jobs) -> None:
+    # An unconfirmed ack (or a delivery count restarted by a server crash) lets a second
+    # daemon run the same epoch: both executions show, the second marked and stale.
+    [inv] = await jobs.submit("q")
+    S, C, OK = EventType.STARTED, EventType.CLAIMED, EventType.SUCCEEDED
+    await jobs.daemon("q", inv, (C, 1), (S, 1), (OK, 1), worker="w-a")
+    await jobs.daemon("q", inv, (C, 1), (S, 1), (OK, 1), worker="w-b")
+    status, body = await jobs.api.get(f"{J}/{inv}")
+    assert status == 200
+    assert (body["state"], body["worker"], body["stale"]) == ("succeeded", "w-a", 1)
+    runs = [(a["epoch"], a["worker"], a["outcome"], a["duplicate"]) for a in body["attempts"]]
+    assert runs == [(1, "w-a", "succeeded", False), (1, "w-b", "stale", True)]
+    duplicate = body["attempts"][1]
+    assert duplicate["ended_at"] >= duplicate["started_at"] >= body["attempts"][0]["started_at"]
+
+
 async def test_the_result_is_read_at_the_accepted_epoch(jobs: Jobs) -> None:
     [inv] = await jobs.submit("q")
     S, C, OK = EventType.STARTED, EventType.CLAIMED, EventType.SUCCEEDED
@@ -256,3 +272,34 @@ async def test_queue_stats_count_the_last_minutes(jobs: Jobs) -> None:
     await jobs.daemon("q", ids[3], (EventType.CANCELLED, None))
     stats = (await jobs.api.get(Q + "/q/stats"))[1]
     assert stats["oldest_pending_age_s"] is None
+
+
+async def test_jobs_carry_their_workers_name_asked_once_per_listing(
+    jobs: Jobs, register, monkeypatch
+) -> None:
+    worker = await register("trainer-7", queues=["q"])
+    [a, b, c, pending] = await jobs.submit("q", 4)
+    S, C = EventType.STARTED, EventType.CLAIMED
+    await jobs.daemon("q", a, (C, 1), (S, 1), worker=worker.id)
+    await jobs.daemon("q", b, (C, 1), (S, 1), worker=worker.id)
+    await jobs.daemon("q", c, (C, 1), (S, 1), worker="w-row-gone")
+    registry = jobs.plane.parts.workers
+    asked: list[Any] = []
+
+    async def counting_ask(msg: Any, timeout_s: float | None = None) -> Any:
+        asked.append(type(msg).__name__)
+        return await ask(msg, timeout_s)
+
+    ask = registry.ask
+    monkeypatch.setattr(registry, "ask", counting_ask)
+    status, body = await jobs.api.get(J)
+    assert status == 200 and asked.count("ListWorkers") == 1
+    named = {j["id"]: (j["worker"], j["worker_name"]) for j in body["jobs"]}
+    assert named == {
+        a: (worker.id, "trainer-7"),
+        b: (worker.id, "trainer-7"),
+        c: ("w-row-gone", None),
+        pending: (None, None),
+    }
+    status, body = await jobs.api.get(f"{J}/{a}")
+    assert status == 200 and (body["worker"], body["worker_name"]) == (worker.id, "trainer-7")

@@ -106,3 +106,29 @@ async def test_a_queue_may_be_added_before_it_exists(api, register):
     assert status == 200 and body["queues"] == ["training-h100", "eval"]
     await api.post(Q, {"name": "eval"})
     assert [m["name"] for m in (await api.get(Q + "/eval"))[1]["members"]] == ["train-00"]
+
+
+async def test_adding_a_queue_that_does_not_exist_succeeds_with_a_warning(api, register):
+    await api.post(Q, {"name": "training-h100"})
+    await register("train-00")
+    status, body = await api.post(W + "/train-00/queues", {"add": ["training-h100", "eval"]})
+    assert status == 200 and body["queues"] == ["training-h100", "eval"]
+    [warning] = body["warnings"]
+    assert warning.startswith("queue_not_found: queue 'eval' does not exist in namespace")
+    assert "lakeshore queues add eval" in warning
+    await api.post(Q, {"name": "eval"})
+    status, body = await api.post(W + "/train-00/queues", {"remove": ["eval"], "add": ["eval"]})
+    assert status == 200 and body["warnings"] == []
+    status, body = await api.post(W + "/train-00/queues", {"remove": ["gone"]})
+    assert status == 200 and body["warnings"] == []
+    assert "warnings" not in (await api.get(W + "/train-00"))[1]
+
+
+async def test_the_openapi_answer_of_a_membership_edit_has_its_warnings(api):
+    status, doc = await api.request("GET", "/v1/openapi.json", token=None)
+    op = doc["paths"]["/v1/namespaces/{ns}/workers/{id}/queues"]["post"]
+    ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.endswith("/WorkerEdited")
+    schema = doc["components"]["schemas"]["WorkerEdited"]
+    assert schema["properties"]["warnings"]["type"] == "array"
+    assert {"id", "name", "queues"} <= set(schema["properties"])

@@ -252,6 +252,15 @@ async def test_every_mutation_is_an_event_newest_first(api, admin_token_id):
     assert status == 400
 
 
+async def test_a_re_created_queue_shows_only_its_own_events(api):
+    await api.post(Q, {"name": "q"})
+    await api.post(Q + "/q/drain")
+    assert (await api.delete(Q + "/q"))[0] == 200
+    assert (await api.post(Q, {"name": "q"}))[0] == 201
+    status, body = await api.get(Q + "/q/events")
+    assert status == 200 and [e["type"] for e in body["events"]] == ["created"]
+
+
 async def test_stats_counts_pending_from_jetstream(api, js):
     await api.post(Q, {"name": "q", "kind": "priority"})
     for level in (0, 3, 9):

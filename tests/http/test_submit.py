@@ -7,6 +7,7 @@ import uuid
 
 import msgspec
 import pytest
+from polling import eventually
 
 from lakeshore.model import Invocation
 
@@ -166,9 +167,11 @@ async def test_on_full_block_waits_for_room(api, js):
 async def _waiting_submits(api, queue: str, n: int) -> None:
     """Return once ``n`` submits wait for room in ``queue`` (each poll is a request the
     queue answers while they wait)."""
-    async with asyncio.timeout(20):
-        while (await api.get(f"{Q}/{queue}/stats"))[1]["waiting_submits"] != n:
-            await asyncio.sleep(0.02)
+
+    async def waiting() -> int:
+        return (await api.get(f"{Q}/{queue}/stats"))[1]["waiting_submits"]
+
+    await eventually(waiting, timeout_s=20, every_s=0.02, until=lambda w: w == n)
 
 
 async def test_a_waiting_submit_does_not_stall_its_queue(api, js):
@@ -219,3 +222,45 @@ async def test_a_waiting_submit_is_refused_when_its_wait_runs_out_or_the_queue_d
     async with asyncio.timeout(20):
         status, body = await long
     assert status == 409 and "draining" in body["error"]["message"]
+
+
+async def test_an_idempotency_key_outlives_a_restart(plane_factory, js):
+    first = await plane_factory()
+    async with first.client() as api:
+        await api.post(Q, {"name": "q"})
+        status, body = await api.post(Q + "/q/invocations", inv(idempotency_key="nightly-7"))
+        assert status == 202
+    await first.stop()
+    second = await plane_factory(data_dir=first.data_dir)
+    async with second.client(token=first.admin_secret) as api:
+        status, again = await api.post(Q + "/q/invocations", inv(idempotency_key="nightly-7"))
+        assert status == 202
+        assert again["ids"] == body["ids"] and again["duplicates"] == body["ids"]
+        status, job = await api.get(f"/v1/namespaces/default/jobs/{body['ids'][0]}")
+        assert (status, job["state"]) == (200, "pending")
+    assert (await js.stream_info("LS_default_q")).state.messages == 1
+
+
+async def test_an_idempotency_key_with_another_body_is_a_conflict(api, js):
+    await api.post(Q, {"name": "q"})
+    await api.post(Q + "/q/invocations", inv(idempotency_key="k"))
+    status, body = await api.post(Q + "/q/invocations", inv(idempotency_key="k", args=[[9]]))
+    assert (status, body["error"]["code"]) == (409, "conflict")
+    assert "idempotency key 'k'" in body["error"]["message"]
+    both = {
+        "invocations": [inv(idempotency_key="j"), inv(idempotency_key="j", priority=0, args=[])]
+    }
+    status, body = await api.post(Q + "/q/invocations", both)
+    assert status == 409
+    assert (await js.stream_info("LS_default_q")).state.messages == 1
+
+
+async def test_concurrent_submits_with_one_key_make_one_invocation(api, js):
+    await api.post(Q, {"name": "q"})
+    answers = await asyncio.gather(
+        *(api.post(Q + "/q/invocations", inv(idempotency_key="once")) for _ in range(50))
+    )
+    assert {status for status, _ in answers} == {202}
+    assert len({tuple(body["ids"]) for _, body in answers}) == 1
+    assert sum(not body["duplicates"] for _, body in answers) == 1
+    assert (await js.stream_info("LS_default_q")).state.messages == 1

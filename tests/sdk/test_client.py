@@ -23,6 +23,8 @@ from lakeshore.model import (
     QueueState,
     QueueStats,
     TokenCreated,
+    Worker,
+    WorkerEdited,
 )
 from lakeshore.sdk import Client
 
@@ -178,6 +180,14 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         if verb in ("get", "post", "put", "patch", "delete")
     }
     assert {(call.method, call.path) for call in calls} == served
+
+
+async def test_a_membership_edit_answers_the_row_and_its_warnings(client, register):
+    worker = await register("w")
+    edited = await client.worker_queues("w", add=["later"])
+    assert isinstance(edited, WorkerEdited) and isinstance(edited, Worker)
+    assert (edited.id, edited.queues) == (worker.id, ["later"])
+    assert [w.split(":")[0] for w in edited.warnings] == ["queue_not_found"]
 
 
 async def test_workers_list_is_empty_without_daemons(client):

@@ -351,6 +351,25 @@ async def test_only_a_verbose_listing_carries_the_detail(store: AnyStore) -> Non
     assert verbose == event
 
 
+async def test_queue_events_since_a_time_leave_out_older_ones(store: AnyStore) -> None:
+    # A queue removed and created again: its events since the new row's created_at only.
+    async def append(type_: str, at: datetime) -> int:
+        return (await store.append_queue_event("team", "jobs", type_, None, None, ts=at)).id
+
+    again = T0 + timedelta(seconds=2)
+    old = [await append("created", T0), await append("deleted", T0 + timedelta(seconds=1))]
+    new = [await append("created", again), await append("drained", again + timedelta(seconds=1))]
+    since = await store.list_queue_events("team", "jobs", since=again)
+    assert [e.id for e in since] == new[::-1]
+    naive = again.replace(tzinfo=None)  # taken as UTC
+    assert await store.list_queue_events("team", "jobs", since=naive) == since
+    in_plus2 = again.astimezone(PLUS2)
+    assert await store.list_queue_events("team", "jobs", since=in_plus2) == since
+    assert len(await store.list_queue_events("team", "jobs", limit=1, since=again)) == 1
+    everything = await store.list_queue_events("team", "jobs", since=None)
+    assert [e.id for e in everything] == (old + new)[::-1]
+
+
 async def test_a_negative_limit_is_invalid(store: AnyStore) -> None:
     with pytest.raises(errors.Invalid, match="^limit must be 0 or more, got -1$"):
         await store.list_queue_events("team", "jobs", limit=-1)
