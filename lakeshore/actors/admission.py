@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-import msgspec
-
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import Invalid, QueueFull, TooLarge
@@ -46,13 +44,6 @@ class Prepared:
     level: int
     payload: bytes
     spec: InvocationSubmit
-
-
-def body_digest(spec: InvocationSubmit) -> str:
-    """A digest of what a submit asks for, its idempotency key aside: the same key with
-    another body is a conflict, not a retry."""
-    body = codec.encode(msgspec.structs.replace(spec, idempotency_key=None))
-    return hashlib.sha256(body).hexdigest()[:32]
 
 
 def msg_id_for(row: Queue, spec: InvocationSubmit, invocation_id: str) -> str:

@@ -15,9 +15,9 @@ from msgspec import Struct
 
 from lakeshore import elasticity
 from lakeshore.actors.base import Actor, ActorRef, Runtime
+from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S
+from lakeshore.actors.intake import NO_FAULTS
 from lakeshore.actors.queue import (
-    DEFAULT_KEY_TTL_S,
-    NO_FAULTS,
     DeleteQueue,
     QueueActor,
     QueueMsg,

@@ -1,0 +1,235 @@
+"""Intake: a queue's admission workflow — ids and keys, publishing under ``on_full``, the
+waiting room of a full ``block`` queue, and the ``submitted`` events.
+
+Owned by the queue's :class:`~lakeshore.actors.queue.QueueActor`, which hands it the
+current row; split from the actor so that the row's lifecycle and the submit path each
+read on their own. The policies it composes are modules of their own:
+:mod:`~lakeshore.actors.admission` (validation, ``on_full``),
+:mod:`~lakeshore.actors.idempotency` (durable keys) and
+:mod:`~lakeshore.actors.waiting` (the waiting room).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from lakeshore.actors import admission
+from lakeshore.actors.base import ActorRef
+from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S, resolve_keys
+from lakeshore.actors.waiting import Waiting, WaitingRoom
+from lakeshore.actors.workers import Members
+from lakeshore.bus import codec
+from lakeshore.bus.port import Bus, Published
+from lakeshore.errors import LakeshoreError, QueueFull, WrongState
+from lakeshore.faults import Faults
+from lakeshore.ids import new_id
+from lakeshore.model import (
+    ElasticityKind,
+    EventType,
+    Invocation,
+    InvocationEvent,
+    InvocationSubmit,
+    OnFull,
+    Queue,
+    QueueState,
+    SubmitAnswer,
+    WorkerStatus,
+    levels_of,
+    now,
+)
+from lakeshore.store.port import IdempotencyKeys
+
+log = logging.getLogger(__name__)
+
+NO_FAULTS = Faults()
+#: Most pending invocations a queue's removal records as cancelled, one by one.
+MAX_CANCEL_ON_DELETE = 100_000
+
+
+class Intake:
+    """Args:
+    namespace, queue: the queue.
+    row: the queue's current row (the actor's).
+    store: where idempotency keys are kept.
+    bus: the queue's stream and the events stream.
+    workers: the WorkerRegistry (the ``no_members`` warning).
+    key_ttl_s: how long a key names its invocation (seconds).
+    faults: fault points.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        queue: str,
+        *,
+        row: Callable[[], Queue],
+        store: IdempotencyKeys,
+        bus: Bus,
+        workers: ActorRef[Any],
+        key_ttl_s: float = DEFAULT_KEY_TTL_S,
+        faults: Faults = NO_FAULTS,
+    ) -> None:
+        self._ns, self._queue, self._row = namespace, queue, row
+        self._store, self._bus, self._workers = store, bus, workers
+        self._key_ttl_s, self._faults = key_ttl_s, faults
+        self._room = WaitingRoom(retry=self._retry, admit=self._admit, refuse=self._refuse)
+
+    @property
+    def waiting(self) -> int:
+        """Submits waiting for room now."""
+        return len(self._room)
+
+    def wake(self) -> None:
+        """The row changed (room, policy, state): retry the waiting submits now."""
+        self._room.wake()
+
+    async def close(self, error: LakeshoreError) -> None:
+        """Refuse every waiting submit with ``error`` (the queue is going away)."""
+        await self._room.close(error)
+
+    async def submit(
+        self, specs: list[InvocationSubmit], wait_s: float
+    ) -> asyncio.Future[SubmitAnswer]:
+        """Admit a submit; answers a future settled once it is in (at once unless a full
+        ``block`` queue makes it wait in the waiting room)."""
+        row = self.admitting()
+        ids = [new_id() for _ in specs]
+        items = admission.prepare(row, specs, ids)  # refuses a bad batch before any key
+        known: set[str] = set()
+        if any(spec.idempotency_key for spec in specs):
+            ids, known = await resolve_keys(
+                self._store, self._ns, self._queue, specs, ids,
+                ttl_s=self._key_ttl_s, faults=self._faults,
+            )  # fmt: skip
+            items = admission.prepare(row, specs, ids)
+        waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
+        for i, item in enumerate(items):
+            if item.id in known:  # admitted before and recorded: nothing to publish again
+                waiting.published[i] = Published(seq=0, duplicate=True)
+        if self._room and row.on_full is OnFull.BLOCK:
+            return self._room.park(waiting)  # behind the submits already waiting
+        todo = [i for i, p in enumerate(waiting.published) if p is None]
+        stored = await admission.publish(self._bus, row, [items[i] for i in todo])
+        for i, outcome in zip(todo, stored, strict=True):
+            waiting.published[i] = outcome
+        self._faults.hit("submit.published")
+        try:
+            waiting.dropped = await admission.place(
+                self._bus, row, items, waiting.published, levels=levels_of(row.kind)
+            )
+        except QueueFull:
+            await self._record_admitted(waiting)
+            raise
+        if waiting.next_index < len(items):
+            return self._room.park(waiting)
+        waiting.answer.set_result(await self._admit(waiting))
+        return waiting.answer
+
+    def admitting(self) -> Queue:
+        """The row, if the queue admits work now.
+
+        Raises:
+            WrongState: it is draining or archived.
+        """
+        row = self._row()
+        if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
+            raise WrongState(
+                row.name,
+                row.state.value,
+                "accept submissions",
+                "; unarchive it to admit work again",
+            )
+        return row
+
+    async def _retry(self, waiting: Waiting) -> bool:
+        """The waiting room's retry: store the next items in order while there is room."""
+        row = self.admitting()
+        while (i := waiting.next_index) < len(waiting.items):
+            if row.on_full is not OnFull.BLOCK:
+                admission.full(row, i, len(waiting.items), f"on_full is now {row.on_full}")
+            [outcome] = await admission.publish(self._bus, row, waiting.items[i : i + 1])
+            if outcome is None:
+                return False
+            waiting.published[i] = outcome
+        return True
+
+    async def _refuse(self, waiting: Waiting, why: LakeshoreError | None) -> LakeshoreError:
+        """The waiting room's refusal: the error the asker gets (``QueueFull`` once its
+        wait ran out), after recording what of the submit was stored."""
+        await self._record_admitted(waiting)
+        if why is not None:
+            return why
+        try:
+            admission.full(self._row(), waiting.next_index, len(waiting.items), "")
+        except QueueFull as e:
+            return e
+
+    async def _admit(self, waiting: Waiting) -> SubmitAnswer:
+        """Record an admitted submit's events, wake the daemons, answer it."""
+        row = self._row()
+        await self._record_admitted(waiting)
+        self._faults.hit("submit.recorded")
+        await self._bus.nudge(self._ns, row.name)
+        items, published = waiting.items, waiting.published
+        return SubmitAnswer(
+            ids=[p.id for p in items],
+            queue=row.name,
+            namespace=self._ns,
+            warnings=await self._warnings(row),
+            duplicates=[
+                p.id for p, pub in zip(items, published, strict=True) if pub and pub.duplicate
+            ],
+        )
+
+    async def _record_admitted(self, waiting: Waiting) -> None:
+        """Publish the events of what a submit stored (and of what it evicted)."""
+        events = [
+            *waiting.dropped,
+            *admission.submitted_events(self._row(), waiting.items, waiting.published),
+        ]
+        for batch in admission.event_batches(events):
+            await self._bus.publish_events(self._ns, self._queue, batch)
+
+    async def _warnings(self, row: Queue) -> list[str]:
+        if row.elasticity.kind is not ElasticityKind.FIXED:
+            return []
+        members = await self._workers.ask(Members(self._ns, row.name))
+        if any(w.status is not WorkerStatus.LOST for w in members):
+            return []
+        return [
+            f"no_members: queue {row.name!r} has no daemons and its elasticity is fixed; "
+            f"the work waits until one joins (lakeshore daemon launch --queue {row.name})"
+        ]
+
+    async def cancel_all_pending(self, actor: str | None) -> int:
+        """Record every invocation still pending as ``cancelled`` (reason ``queue_deleted``)
+        before its stream goes; running ones finish on their daemons and are recorded."""
+        pending = await self._bus.pending_messages(
+            self._ns, self._queue, levels=levels_of(self._row().kind), limit=MAX_CANCEL_ON_DELETE
+        )
+        ts = now()
+        events = []
+        for seq, payload in pending:
+            try:
+                inv_id = codec.decode(payload, Invocation).id
+            except msgspec.DecodeError:
+                continue  # not an invocation: nothing to record
+            events.append(
+                InvocationEvent(
+                    namespace=self._ns,
+                    queue=self._queue,
+                    invocation_id=inv_id,
+                    ts=ts,
+                    type=EventType.CANCELLED,
+                    detail={"seq": seq, "by": actor, "reason": "queue_deleted"},
+                )  # fmt: skip
+            )
+        for batch in admission.event_batches(events):
+            await self._bus.publish_events(self._ns, self._queue, batch)
+        return len(events)
