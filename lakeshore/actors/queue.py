@@ -148,6 +148,7 @@ class QueueActor(Actor[QueueMsg]):
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
+        self._deleted = False
         self._faults = faults
         self._intake = Intake(
             namespace, name, row=self._current, store=store, bus=bus, workers=workers,
@@ -169,6 +170,10 @@ class QueueActor(Actor[QueueMsg]):
 
     async def handle(self, msg: QueueMsg) -> Any:
         assert self.row is not None
+        if self._deleted:
+            # Messages queued behind the DeleteQueue, before the directory stops this actor:
+            # none may touch the stream again (a PATCH would re-create it).
+            raise QueueNotFound(self._ns, self._queue)
         match msg:
             case GetQueue():
                 return self.row
@@ -260,6 +265,7 @@ class QueueActor(Actor[QueueMsg]):
         await self._store.delete_queue(self._ns, old.name)
         # A queue re-created with this name starts afresh: its keys name nothing.
         await self._store.forget_keys(self._ns, old.name)
+        self._deleted = True
         await self._store.append_queue_event(
             self._ns,
             old.name,

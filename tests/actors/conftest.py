@@ -1,0 +1,97 @@
+"""Fixtures of the actor protocol tests: a runtime over the in-memory bus and store.
+
+runtime       an actor Runtime, shut down at teardown (every actor stopped)
+bus           an InMemoryBus (its ``nudges``, ``controls`` and ``events`` record the sends)
+store         an InMemoryStore holding the namespace ``default``
+registry      a WorkerRegistry on ``store``
+spawn_queue   ``await spawn_queue(name, **row_fields)``: insert a queue row and spawn its
+              QueueActor (the directory's job in production)
+directory     a QueueDirectory on ``runtime``
+backend       a RecordingBackend reporting exits to ``registry``
+launcher      a Launcher with ``backend`` for local providers and the real external one
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.directory import DirectoryMsg, QueueDirectory
+from lakeshore.actors.launcher import Launcher, LauncherMsg, exit_reporter
+from lakeshore.actors.queue import QueueActor, QueueMsg
+from lakeshore.actors.workers import WorkerMsg, WorkerRegistry
+from lakeshore.bus.memory import InMemoryBus
+from lakeshore.model import Namespace, ProviderKind, Queue, now
+from lakeshore.providers import ExternalProvider
+from lakeshore.store.memory import InMemoryStore
+
+from .support import NS, WAIT_S, RecordingBackend
+
+NATS_URL = "nats://test.invalid:4222"
+
+SpawnQueue = Callable[..., Awaitable[ActorRef[QueueMsg]]]
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[Runtime]:
+    rt = Runtime(ask_timeout_s=WAIT_S)
+    try:
+        yield rt
+    finally:
+        await rt.shutdown(timeout_s=WAIT_S)
+
+
+@pytest.fixture
+def bus() -> InMemoryBus:
+    return InMemoryBus()
+
+
+@pytest.fixture
+async def store() -> InMemoryStore:
+    s = InMemoryStore()
+    await s.insert_namespace(Namespace(name=NS, org="default", created_at=now()))
+    return s
+
+
+@pytest.fixture
+async def registry(runtime: Runtime, store: InMemoryStore) -> ActorRef[WorkerMsg]:
+    return await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0))
+
+
+@pytest.fixture
+def spawn_queue(
+    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+) -> SpawnQueue:
+    async def spawn(name: str = "q", **fields: Any) -> ActorRef[QueueMsg]:
+        ts = now()
+        row = Queue(name=name, namespace=NS, created_at=ts, updated_at=ts, **fields)
+        await store.insert_queue(row)
+        return await runtime.spawn(QueueActor(NS, name, store=store, bus=bus, workers=registry))
+
+    return spawn
+
+
+@pytest.fixture
+async def directory(
+    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+) -> ActorRef[DirectoryMsg]:
+    return await runtime.spawn(QueueDirectory(runtime, store=store, bus=bus, workers=registry))
+
+
+@pytest.fixture
+def backend(registry: ActorRef[WorkerMsg]) -> RecordingBackend:
+    return RecordingBackend(exit_reporter(registry))
+
+
+@pytest.fixture
+async def launcher(
+    runtime: Runtime,
+    store: InMemoryStore,
+    registry: ActorRef[WorkerMsg],
+    backend: RecordingBackend,
+) -> ActorRef[LauncherMsg]:
+    backends = {ProviderKind.LOCAL: backend, ProviderKind.EXTERNAL: ExternalProvider()}
+    return await runtime.spawn(Launcher(store, registry, backends, nats_url=NATS_URL))
