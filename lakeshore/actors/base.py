@@ -169,17 +169,29 @@ class ActorRef(Generic[M]):
             return True
 
     async def _refuse_for(self, seconds: float) -> bool:
-        """Answer every message with Unavailable for ``seconds``; ``False`` on stop."""
+        """Answer every ask with Unavailable for ``seconds``; ``False`` on stop.
+
+        A tell has no one to answer: it is kept and handled once the actor is back (a
+        daemon's exit reported meanwhile must not be lost).
+        """
         deadline = self._clock() + seconds
-        while (left := deadline - self._clock()) > 0:
-            try:
-                env = await asyncio.wait_for(self._inbox.get(), left)
-            except TimeoutError:
-                break
-            if env is None:
-                return False
-            _settle(env, error=Unavailable(f"{self.actor_name} is down: {self.down}"))
-        return True
+        held: list[_Envelope] = []
+        try:
+            while (left := deadline - self._clock()) > 0:
+                try:
+                    env = await asyncio.wait_for(self._inbox.get(), left)
+                except TimeoutError:
+                    break
+                if env is None:
+                    return False
+                if env.reply is None:
+                    held.append(env)
+                else:
+                    _settle(env, error=Unavailable(f"{self.actor_name} is down: {self.down}"))
+            return True
+        finally:
+            for env in held:
+                self._inbox.put_nowait(env)
 
 
 def _settle(env: _Envelope, *, result: Any = None, error: BaseException | None = None) -> None:

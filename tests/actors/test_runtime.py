@@ -212,6 +212,23 @@ async def test_an_actor_crashing_past_its_budget_is_down_for_a_while_then_back(
     assert counter.stops.done() is False  # never stopped: supervision does not give up
 
 
+async def test_a_tell_to_an_actor_that_is_down_is_handled_once_it_is_back(
+    fast_backoff: Runtime,
+) -> None:
+    counter = Counter({})
+    ref = await fast_backoff.spawn(counter)
+    for _ in range(base.RESTART_BUDGET + 1):
+        with pytest.raises(Internal):
+            await ref.ask(Crash())
+    assert fast_backoff.down()
+    ref.tell(Add(3))  # e.g. a daemon's exit, reported while the registry is down
+    total = await eventually(
+        lambda: ref.ask(Get()), until=lambda t: t == 3, retry_on=(Unavailable,),
+        timeout_s=WAIT_S, what="the told Add to be handled after the back-off",
+    )  # fmt: skip
+    assert total == 3
+
+
 async def test_a_restart_whose_started_fails_is_tried_again(
     runtime: Runtime, caplog: pytest.LogCaptureFixture
 ) -> None:
