@@ -174,9 +174,13 @@ def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
 
 
 def submitted_events(
-    row: Queue, items: list[Prepared], published: list[Published | None]
+    row: Queue,
+    items: list[Prepared],
+    published: list[Published | None],
+    announce: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[InvocationEvent]:
-    """The ``submitted`` events of the items stored now (not duplicates, not refused)."""
+    """The ``submitted`` events of the items stored now: not refused, and not duplicates
+    unless their id is in ``announce``."""
     ts = now()
     return [
         InvocationEvent(
@@ -196,7 +200,7 @@ def submitted_events(
             },
         )
         for p, pub in zip(items, published, strict=True)
-        if pub is not None and not pub.duplicate
+        if pub is not None and (not pub.duplicate or p.id in announce)
     ]
 
 

@@ -99,7 +99,7 @@ class Intake:
         """Admit a submit; answers a future settled once it is in (at once unless a full
         ``block`` queue makes it wait in the waiting room)."""
         row = self.admitting()
-        ids = [new_id() for _ in specs]
+        ids = fresh = [new_id() for _ in specs]
         items = admission.prepare(row, specs, ids)  # refuses a bad batch before any key
         known: set[str] = set()
         if any(spec.idempotency_key for spec in specs):
@@ -109,6 +109,9 @@ class Intake:
             )  # fmt: skip
             items = admission.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
+        # A retried key not recorded yet: its first submit may have died between the publish
+        # and the events, so its event goes out again (a second one is harmless).
+        waiting.announce = {i for i, f in zip(ids, fresh, strict=True) if i != f} - known
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again
                 waiting.published[i] = Published(seq=0, duplicate=True)
@@ -191,7 +194,9 @@ class Intake:
         """Publish the events of what a submit stored (and of what it evicted)."""
         events = [
             *waiting.dropped,
-            *admission.submitted_events(self._row(), waiting.items, waiting.published),
+            *admission.submitted_events(
+                self._row(), waiting.items, waiting.published, waiting.announce
+            ),
         ]
         for batch in admission.event_batches(events):
             await self._bus.publish_events(self._ns, self._queue, batch)

@@ -87,8 +87,11 @@ async def test_a_frozen_daemons_late_result_is_recorded_stale(plane_factory, dae
     async with handle.client() as api:
         await api.post(Q, {"name": "work"})
         await daemons.start("frozen", "work")
+        # Two attempts allowed: the frozen daemon's lost one, and the rescuer's (a claim
+        # delivered more often than max_attempts is dead-lettered, not run).
         status, answer = await api.post(
-            Q + "/work/invocations", {"fn": "fault_targets:work", "args": [7, 2.0]}
+            Q + "/work/invocations",
+            {"fn": "fault_targets:work", "args": [7, 2.0], "max_attempts": 2},
         )
         [inv_id] = answer["ids"]
 
