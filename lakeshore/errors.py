@@ -259,3 +259,24 @@ def _all_subclasses(cls: type[LakeshoreError]) -> list[type[LakeshoreError]]:
 ERRORS_BY_CODE: dict[str, type[LakeshoreError]] = {
     c.code: c for c in _all_subclasses(LakeshoreError)
 }
+
+
+class InsufficientStorage(Unavailable):
+    """No room left where the request had to be stored: JetStream's store (507).
+
+    Transient: the same request succeeds once space is freed, and a retry with the same
+    idempotency keys is safe.
+    """
+
+    code = "insufficient_storage"
+    http_status = 507
+
+    def __init__(self, what: str, detail: str) -> None:
+        self.what, self.detail = what, detail
+        super().__init__(
+            f"no storage left to {what}: {detail}; free space under the NATS store (or raise "
+            "its jetstream max_file_store), then retry (with the same idempotency keys)"
+        )
+
+
+ERRORS_BY_CODE[InsufficientStorage.code] = InsufficientStorage

@@ -109,6 +109,10 @@ class ControlPlane:
         # their output: the data dir is the server user's alone.
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.data_dir.chmod(0o700)
+        # The store first: a second server on this data dir stops here (the file is
+        # locked), before it starts a NATS server on the first one's NATS store.
+        store = await open_store(self.data_dir / "lakeshore.duckdb")
+        stack.push_async_callback(store.close)
         if not settings.nats_url:
             nats = NatsServer(
                 self.data_dir / "nats", port=settings.nats_port, server_name="lakeshore-embedded"
@@ -120,8 +124,6 @@ class ControlPlane:
             self.nats_url, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
         )
         stack.push_async_callback(bus.close)
-        store = await open_store(self.data_dir / "lakeshore.duckdb")
-        stack.push_async_callback(store.close)
         gate = Access(store)
         self.admin_token = await gate.bootstrap()
         # The events stream must exist before any queue actor publishes to it.

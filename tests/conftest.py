@@ -150,3 +150,27 @@ from support import (  # noqa: E402,F401
     plane_factory,
     register,
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# --quick: skip the tests marked ``slow`` (the slowest fault rows), visibly; CI runs them all.
+# ---------------------------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick", action="store_true", help="skip the tests marked slow (CI runs everything)"
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.getoption("--quick"):
+        return "--quick: tests marked slow are skipped (see the skip reasons with -rs)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    skip = pytest.mark.skip(reason="slow fault row; run without --quick")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

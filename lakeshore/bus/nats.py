@@ -31,7 +31,7 @@ from nats.js.api import (
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import connect_nats
 from lakeshore.bus.port import Published, QueueCounts
-from lakeshore.errors import Unavailable
+from lakeshore.errors import InsufficientStorage, Unavailable
 from lakeshore.model import DaemonControl, EventBatch
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,7 @@ class NatsBus:
             Per item: a :class:`Published`, or ``None`` when the queue was full (10077).
 
         Raises:
+            InsufficientStorage: JetStream's store is full (err_code 10023).
             Unavailable: NATS failed otherwise (no stream, timeout): the items before the
                 failure may have been admitted; resubmitting with the same ids is safe.
         """
@@ -164,6 +165,8 @@ class NatsBus:
                 return_exceptions=True,
             )
             for answer in answers:
+                if _NatsErrors.store_full(answer):
+                    raise _NatsErrors.full(f"admit work to {namespace}/{queue}") from answer
                 if isinstance(answer, BaseException):
                     raise Unavailable(
                         f"could not publish to {namespace}/{queue}: {answer!r}"
@@ -290,7 +293,22 @@ class NatsBus:
 
 
 class _NatsErrors:
-    """Turns NATS failures into :class:`Unavailable` with what was being done."""
+    """Turns NATS failures into :class:`Unavailable` with what was being done
+    (:class:`InsufficientStorage` when JetStream's store is full)."""
+
+    #: JetStream's error code when its store is full ("insufficient resources").
+    ERR_INSUFFICIENT_RESOURCES = 10023
+
+    @classmethod
+    def store_full(cls, exc: object) -> bool:
+        return isinstance(exc, jse.APIError) and exc.err_code == cls.ERR_INSUFFICIENT_RESOURCES
+
+    @classmethod
+    def full(cls, what: str) -> InsufficientStorage:
+        return InsufficientStorage(
+            what, f"NATS JetStream refused it, insufficient resources (err_code "
+            f"{cls.ERR_INSUFFICIENT_RESOURCES}): its store is full"
+        )  # fmt: skip
 
     def __init__(self, what: str) -> None:
         self._what = what
@@ -301,6 +319,8 @@ class _NatsErrors:
     async def __aexit__(self, exc_type, exc, tb) -> bool:
         if exc is None or isinstance(exc, jse.NotFoundError):
             return False
+        if self.store_full(exc):
+            raise self.full(self._what) from exc
         if isinstance(exc, (nats.errors.Error, jse.Error, TimeoutError, OSError)):
             raise Unavailable(f"NATS did not answer while trying to {self._what}: {exc}") from exc
         return False

@@ -15,6 +15,7 @@ import click
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run, settings
 from lakeshore.cli.options import key_value_pairs
+from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import DEFAULT_QUEUE, MAX_LAUNCH, DaemonLaunch, Launched, Worker, WorkerStatus
 from lakeshore.sdk import Client
@@ -66,8 +67,17 @@ def show(ref: str) -> None:
 
 @daemon.command("update")
 @click.argument("ref", metavar="DAEMON")
-@click.option("--add-queue", "add", multiple=True, metavar="Q", help="Start pulling from Q.")
-@click.option("--remove-queue", "remove", multiple=True, metavar="Q", help="Stop pulling from Q.")
+@click.option(
+    "--add-queue", "add", multiple=True, metavar="Q", type=QUEUE_NAME, help="Start pulling from Q."
+)
+@click.option(
+    "--remove-queue",
+    "remove",
+    multiple=True,
+    metavar="Q",
+    type=QUEUE_NAME,
+    help="Stop pulling from Q.",
+)
 def update(ref: str, add: tuple[str, ...], remove: tuple[str, ...]) -> None:
     """Change a running daemon's queues.
 
@@ -103,7 +113,14 @@ _TIMEOUT = click.option(
 
 @daemon.command("launch")
 @click.option("--provider", default="local", show_default=True, help="Where to start them.")
-@click.option("--queue", "queues", multiple=True, metavar="Q", help="Pull from Q (repeatable).")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="Q",
+    type=QUEUE_NAME,
+    help="Pull from Q (repeatable).",
+)
 @click.option("--count", type=click.IntRange(1, MAX_LAUNCH), default=1, show_default=True)
 @click.option("--name", required=True, help="NAME for one daemon, NAME-00 … for several.")
 @click.option("--label", "labels", multiple=True, callback=key_value_pairs, metavar="K=V")

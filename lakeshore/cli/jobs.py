@@ -17,6 +17,7 @@ import msgspec
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run, settings
+from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import InvocationState, Job, JobDetail, Result
 from lakeshore.sdk import Client
@@ -134,7 +135,7 @@ def jobs() -> None:
 
 
 @jobs.command("ls")
-@click.option("--queue", "-q", metavar="Q", help="Only this queue's invocations.")
+@click.option("--queue", "-q", metavar="Q", type=QUEUE_NAME, help="Only this queue's invocations.")
 @click.option(
     "--state", type=click.Choice([s.value for s in InvocationState]), help="Only in this state."
 )

@@ -12,6 +12,7 @@ import click
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreGroup, run
+from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.model import ElasticityKind, OnFull, QueueCreate, QueueKind, QueueState
 
 _ON_FULL = click.Choice([s.value for s in OnFull])
@@ -68,7 +69,7 @@ def queues() -> None:
 
 
 @queues.command("add")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @click.option(
     "--kind",
     type=click.Choice([k.value for k in QueueKind]),
@@ -124,21 +125,21 @@ def ls(state: str | None) -> None:
 
 
 @queues.command("show")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 def show(name: str) -> None:
     """Show a queue's row and its members."""
     run(lambda c: c.queue_show(name), output.queue_detail)
 
 
 @queues.command("stats")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 def stats(name: str) -> None:
     """Show daemon count, utilisation, backlog."""
     run(lambda c: c.queue_stats(name), output.queue_stats)
 
 
 @queues.command("events")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @click.option("--verbose", is_flag=True, help="Add each event's detail (before/after, inputs).")
 @click.option("--limit", type=click.IntRange(1, 1000), help="Most events to show (default 50).")
 def events(name: str, verbose: bool, limit: int | None) -> None:
@@ -161,7 +162,7 @@ def events(name: str, verbose: bool, limit: int | None) -> None:
         "recreate the queue."
     ),
 )
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @click.option("--description", metavar="D", help="New description.")
 @click.option("--max-depth", type=_DepthOrNone(), help="New bound, or 'none' to remove it.")
 @click.option("--on-full", type=_ON_FULL, help="What a submit to a full queue does.")
@@ -186,14 +187,14 @@ def patch(
 
 
 @queues.command("drain")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 def drain(name: str) -> None:
     """Stop admitting work; queued work finishes."""
     run(lambda c: c.queue_drain(name), output.queue)
 
 
 @queues.command("archive")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 def archive(name: str) -> None:
     """Soft-delete a queue, keeping its row.
 
@@ -204,14 +205,14 @@ def archive(name: str) -> None:
 
 
 @queues.command("unarchive")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 def unarchive(name: str) -> None:
     """Make a draining or archived queue active."""
     run(lambda c: c.queue_unarchive(name), output.queue)
 
 
 @queues.command("rm")
-@click.argument("name")
+@click.argument("name", type=QUEUE_NAME)
 @click.option(
     "--force", is_flag=True, help="First remove NAME from every daemon's queues, then delete."
 )

@@ -19,6 +19,7 @@ from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreCommand, settings
 from lakeshore.cli.jobs import show_result
 from lakeshore.cli.options import key_values
+from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.model import InvocationSubmit
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import poll_result
@@ -80,7 +81,9 @@ def build(
     epilog="Everything after the command's first word is its own: put lakeshore's options "
     "before it, and `--` before a command that starts with a dash.",
 )
-@click.option("--queue", "-q", required=True, metavar="Q", help="The queue to submit to.")
+@click.option(
+    "--queue", "-q", required=True, metavar="Q", type=QUEUE_NAME, help="The queue to submit to."
+)
 @click.option("--fn", metavar="MODULE:QUALNAME", help="A function the daemon imports and calls.")
 @click.option("--args", metavar="JSON", help="--fn's positional arguments, a JSON array.")
 @click.option("--kwargs", metavar="JSON", help="--fn's keyword arguments, a JSON object.")

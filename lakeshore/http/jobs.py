@@ -36,7 +36,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         queue=validate_name("queue", q["queue"]) if q.get("queue") else None,
         state=query.choice(request, "state", InvocationState),
         limit=query.limit(request, default=100),
-        after=q.get("after") or None,
+        after=query.job_id(request, "after"),
     )
     return reply(JobList(jobs))
 

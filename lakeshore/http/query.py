@@ -4,6 +4,7 @@ and the range it must be in, never a 500."""
 from __future__ import annotations
 
 import math
+import uuid
 from enum import StrEnum
 from typing import TypeVar
 
@@ -63,3 +64,16 @@ def choice(request: web.Request, key: str, enum: type[E]) -> E | None:
     except ValueError:
         allowed = ", ".join(m.value for m in enum)
         raise Invalid(f"unknown {key} {raw!r}; use one of {allowed}") from None
+
+
+def job_id(request: web.Request, key: str) -> str | None:
+    """``?<key>=`` a job id, as ``jobs ls`` shows them (absent or empty: ``None``)."""
+    raw = request.query.get(key)
+    if not raw:
+        return None
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise Invalid(
+            f"{key} must be a job id (the id of the last job of the previous page), got {raw!r}"
+        ) from None

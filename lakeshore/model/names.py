@@ -10,9 +10,13 @@ from msgspec import Meta, Struct
 
 from lakeshore.errors import Invalid, InvalidName
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+#: Lowercase letters, digits and ``-``, starting and ending with a letter or digit (every
+#: name that matches also matches spec/queues.md's ``^[a-z0-9][a-z0-9-]*$``).
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
 NAME_MAX = 63
-_NAME_RE = re.compile(NAME_PATTERN)
+_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+#: For msgspec's schema checks, which search: ``$`` alone would match before a final newline.
+_NAME_SCHEMA = NAME_PATTERN[:-1] + r"(?!\n)$"
 
 #: The reserved queue every namespace has without creating it.
 DEFAULT_QUEUE = "default"
@@ -26,7 +30,8 @@ def validate_name(what: str, value: str) -> str:
     """Check a queue, namespace, org or pool name at the edge.
 
     Names become NATS subject tokens and stream names, so they are restricted to
-    ``^[a-z0-9][a-z0-9-]*$`` and at most 63 characters.
+    :data:`NAME_PATTERN` (the whole value: a final newline is not a name's) and at most
+    63 characters.
 
     Raises:
         InvalidName: with what was wrong and the rule to follow.
@@ -35,11 +40,11 @@ def validate_name(what: str, value: str) -> str:
         raise InvalidName(what, value, "it is empty")
     if len(value) > NAME_MAX:
         raise InvalidName(what, value, f"it has {len(value)} characters, at most {NAME_MAX}")
-    if not _NAME_RE.match(value):
+    if not _NAME_RE.fullmatch(value):
         raise InvalidName(
             what,
             value,
-            f"use lowercase letters, digits and '-', starting with a letter "
+            f"use lowercase letters, digits and '-', starting and ending with a letter "
             f"or digit ({NAME_PATTERN})",
         )
     return value
@@ -104,7 +109,7 @@ Labels = Annotated[dict[LabelKey, LabelValue], Meta(max_length=MAX_ENTRIES)]
 Depth = Annotated[int, Meta(ge=1, le=MAX_DEPTH)]
 Delay = Annotated[float, Meta(ge=0, le=MAX_DELAY_S)]
 
-Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
+Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=_NAME_SCHEMA)]
 
 
 class ErrorDetail(Struct, frozen=True):

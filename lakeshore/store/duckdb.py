@@ -402,13 +402,15 @@ def _connect(path: Path, migrations: Sequence[mig.Migration]) -> Con:
             if not byte & 0x80:
                 return value
 
-    try:  # the version entry: fields (u16 id, varints) up to 0xFFFF
+    try:  # the version entry: fields (u16 id, varints) up to 0xFFFF; only version 2 (size
+        # and checksum before each entry) is judged here, any other format by DuckDB alone
         while known and (field := struct.unpack_from("<H", data, pos)[0]) != 0xFFFF:
             pos += 2
             if field not in (100, 101, 102, 103):
-                known = False  # a log format this code does not know: DuckDB judges alone
-            for _ in range(varint() if field == 102 else 1):
-                varint()
+                known = False
+            values = [varint() for _ in range(varint() if field == 102 else 1)]
+            if field == 101 and values != [2]:
+                known = False
         pos += 2
         while known and pos < len(data):  # entries: u64 size, u64 checksum, payload
             size = struct.unpack_from("<Q", data, pos)[0]
