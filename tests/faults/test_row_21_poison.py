@@ -19,13 +19,16 @@ N = 100
 
 
 _NEVER_DEAD_LETTERED = (
-    "a claim redelivered because its daemon died is run again whatever its epoch: nothing "
-    "compares the delivery count with max_attempts except should_retry after a run that "
-    "returned (lakeshore/daemon/job.py), so an invocation that kills its daemon runs forever "
-    "(observed: 29 daemon deaths in 60 s, never failed). Failing such a claim in the daemon "
-    "(epoch > max_attempts) would contradict test_exactly_once's frozen-daemon test, which "
-    "expects a lease-lost redelivery of a max_attempts=1 job to run and succeed: the rule "
-    "(do lost attempts count?) is a design decision"
+    "a claim redelivered because its daemon died is run again whatever its epoch: only "
+    "should_retry, after a run that returned, compares the delivery count with max_attempts "
+    "(lakeshore/daemon/job.py), so an invocation that kills its daemon runs for ever "
+    "(observed: 29 daemon deaths in 60 s). Tried: failing a claim whose epoch exceeds "
+    "max_attempts dead-letters the poison after exactly max_attempts, but JetStream's "
+    "delivery count also grows on a drain's nak and on a SIGKILLed daemon's redelivery, so "
+    "it failed 4 tests that rely on those being retried (test_daemon_lifecycle "
+    "run_past_the_drain_timeout, test_daemon_process sigkilled claim, test_exactly_once "
+    "2000-invocations and nats-killed, all with max_attempts=1). The fix needs the attempt "
+    "history: a delivery past max_attempts asks the Recorder how the earlier ones ended"
 )
 
 
