@@ -8,7 +8,6 @@ queue actor's inbox, so the queue keeps answering while a submit waits.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass
@@ -46,16 +45,6 @@ class Prepared:
     spec: InvocationSubmit
 
 
-def msg_id_for(row: Queue, spec: InvocationSubmit, invocation_id: str) -> str:
-    """The Nats-Msg-Id: the id, or a digest of the idempotency key (same key, same id)."""
-    if spec.idempotency_key is None:
-        return invocation_id
-    digest = hashlib.sha256(
-        f"{row.namespace}\0{row.name}\0{spec.idempotency_key}".encode()
-    ).hexdigest()
-    return "k-" + digest[:40]
-
-
 def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[Prepared]:
     """Validate every invocation of a submit and encode it with its id; all or nothing.
 
@@ -90,7 +79,9 @@ def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[P
                 f"{where} is {len(payload)} bytes encoded, more than {MAX_PAYLOAD_BYTES}; "
                 "pass large inputs by reference (a path or URL) instead of in args"
             )
-        out.append(Prepared(inv_id, msg_id_for(row, spec, inv_id), spec.priority, payload, spec))
+        # The Nats-Msg-Id is the id: a retried key resolves to the same id (durably, see
+        # idempotency.py), so JetStream deduplicates it too inside its window.
+        out.append(Prepared(inv_id, inv_id, spec.priority, payload, spec))
     return out
 
 

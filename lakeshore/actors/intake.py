@@ -112,6 +112,10 @@ class Intake:
         # A retried key not recorded yet: its first submit may have died between the publish
         # and the events, so its event goes out again (a second one is harmless).
         waiting.announce = {i for i, f in zip(ids, fresh, strict=True) if i != f} - known
+        waiting.new_keys = [
+            s.idempotency_key for s, i, f in zip(specs, ids, fresh, strict=True)
+            if s.idempotency_key is not None and i == f
+        ]  # fmt: skip
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again
                 waiting.published[i] = Published(seq=0, duplicate=True)
@@ -176,7 +180,13 @@ class Intake:
     async def _admit(self, waiting: Waiting) -> SubmitAnswer:
         """Record an admitted submit's events, wake the daemons, answer it."""
         row = self._row()
-        await self._record_admitted(waiting)
+        try:
+            await self._record_admitted(waiting)
+        except LakeshoreError:
+            # Admitted without a record is worse than refused: nobody would see it, yet it
+            # would run. The refused submit leaves nothing behind (a retry starts afresh).
+            await self._take_back(waiting)
+            raise
         self._faults.hit("submit.recorded")
         await self._bus.nudge(self._ns, row.name)
         items, published = waiting.items, waiting.published
@@ -189,6 +199,18 @@ class Intake:
                 p.id for p, pub in zip(items, published, strict=True) if pub and pub.duplicate
             ],
         )
+
+    async def _take_back(self, waiting: Waiting) -> None:
+        """Remove what a submit stored (its messages, its new keys), best effort."""
+        for item, pub in zip(waiting.items, waiting.published, strict=True):
+            if pub is not None and not pub.duplicate:
+                try:
+                    await self._bus.delete_message(self._ns, self._queue, pub.seq)
+                except LakeshoreError as e:
+                    log.warning("invocation %s could not be taken back: %s", item.id, e)
+        if waiting.new_keys:
+            await self._store.forget_keys(self._ns, self._queue, waiting.new_keys)
+        log.info("submit taken back: its events could not be recorded")
 
     async def _record_admitted(self, waiting: Waiting) -> None:
         """Publish the events of what a submit stored (and of what it evicted)."""

@@ -55,10 +55,16 @@ class KeyQueries:
 
         await self._run(lambda con: _rows.transaction(con, lambda c: c.executemany(_PUT, rows)))
 
-    async def forget_keys(self, namespace: str, queue: str) -> None:
-        """Forget every key of a queue (it is being deleted)."""
+    async def forget_keys(
+        self, namespace: str, queue: str, keys: Sequence[str] | None = None
+    ) -> None:
+        """Forget ``keys`` of a queue (``None``: all, the queue is being deleted)."""
         sql = "DELETE FROM idempotency_keys WHERE namespace = ? AND queue = ?"
-        await self._run(lambda con: con.execute(sql, [namespace, queue]))
+        params: list[object] = [namespace, queue]
+        if keys is not None:
+            sql += " AND key IN (SELECT unnest(?))"
+            params.append(list(keys))
+        await self._run(lambda con: con.execute(sql, params))
 
     async def prune_keys(self, before: datetime) -> int:
         """Forget keys stored before ``before``; how many were."""

@@ -325,9 +325,16 @@ class InMemoryStore:
         for key, entry in keys.items():
             self._keys[(namespace, queue, key)] = (entry, _utc(at))
 
-    async def forget_keys(self, namespace: str, queue: str) -> None:
+    async def forget_keys(
+        self, namespace: str, queue: str, keys: Sequence[str] | None = None
+    ) -> None:
         self._live()
-        self._keys = {k: v for k, v in self._keys.items() if k[:2] != (namespace, queue)}
+        gone = None if keys is None else set(keys)
+        self._keys = {
+            k: v
+            for k, v in self._keys.items()
+            if k[:2] != (namespace, queue) or (gone is not None and k[2] not in gone)
+        }
 
     async def prune_keys(self, before: datetime) -> int:
         self._live()

@@ -73,8 +73,10 @@ class IdempotencyKeys(Protocol):
     ) -> None:
         """Store keys, replacing expired ones of the same name, all or none."""
 
-    async def forget_keys(self, namespace: str, queue: str) -> None:
-        """Forget every key of a queue."""
+    async def forget_keys(
+        self, namespace: str, queue: str, keys: Sequence[str] | None = None
+    ) -> None:
+        """Forget ``keys`` of a queue (``None``: all of them)."""
 
     async def prune_keys(self, before: datetime) -> int:
         """Forget keys stored before ``before``; answers how many."""

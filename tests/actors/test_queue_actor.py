@@ -564,3 +564,16 @@ async def test_a_patch_reaching_a_deleted_queues_actor_recreates_no_stream(
         await ref.ask(PatchQueue(QueuePatch(max_depth=5), actor=None))
     with pytest.raises(Unavailable, match="no stream"):
         bus.claim(NS, "q", 0, 1)  # the deleted queue's stream is still gone
+
+
+async def test_a_submit_whose_events_cannot_be_recorded_is_taken_back(
+    spawn_queue: SpawnQueue, bus: InMemoryBus
+) -> None:
+    # Admitted without a record would run unseen: the submit is refused and leaves nothing.
+    ref = await spawn_queue("q")
+    fail_once(bus, "publish_events", Unavailable("the events stream is full"))
+    with pytest.raises(Unavailable, match="events stream is full"):
+        await submit(ref, call(0, idempotency_key="k"), call(1))
+    again = await submit(ref, call(0, idempotency_key="k"))
+    assert again.duplicates == []  # the key was forgotten with the submit: a fresh start
+    assert stored_ids(bus, "q") == again.ids
