@@ -21,8 +21,10 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+import msgspec
 from msgspec import Struct
 
 from lakeshore import fencing
@@ -215,7 +217,7 @@ class Recorder(Actor[RecorderMsg]):
 
     async def _record(self, deliveries: list[Delivery], recheck: bool) -> None:
         fresh = await self._unrecorded(deliveries, recheck)
-        events = [ev for d in fresh for ev in d.batch.events]
+        events = [ev for d in fresh for ev in on_server_clock(d)]
         fenced = fencing.fence_batch(events, await self._known(events))
         rows = [_row(ev) for ev in fenced.events]
         # A result waiter is told before the append: the outcome is already durable (the
@@ -337,6 +339,28 @@ class Recorder(Actor[RecorderMsg]):
             appends=self._appends, events_per_s=round(recent / RATE_WINDOW_S, 1),
             unfinished=len(self._unfinished), last_seq=self._last_seq,
         )  # fmt: skip
+
+
+#: A batch whose newest event is further than this from the time the server stored it was
+#: stamped by a skewed clock (publishing takes milliseconds): it is moved onto the server's.
+SKEW_TOLERANCE = timedelta(seconds=2)
+
+
+def on_server_clock(d: Delivery) -> list[InvocationEvent]:
+    """A delivery's events with times on the server's clock.
+
+    Daemons stamp events with their own clock, which may be off by minutes; the times a job
+    shows, and the stats' windows, must all be the server's. The batch is shifted by the
+    distance between its newest event and the moment the server stored it, which keeps the
+    order and the durations within the batch.
+    """
+    events = d.batch.events
+    if d.stored_at is None or not events:
+        return events
+    offset = d.stored_at - max(ev.ts for ev in events)
+    if abs(offset) <= SKEW_TOLERANCE:
+        return events
+    return [msgspec.structs.replace(ev, ts=ev.ts + offset) for ev in events]
 
 
 def _log_outcomes(fenced: Fenced) -> None:

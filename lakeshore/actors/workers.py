@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -162,8 +163,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
         lost_after_s: float = 10.0,
         launch_timeout_s: float = 120.0,
         persist_every_s: float = 5.0,
+        clock: Callable[[], datetime] = now,
     ) -> None:
         self._store = store
+        #: the server's wall clock (injectable for tests): liveness is judged by it alone
+        self._clock = clock
         self._lost_after = timedelta(seconds=lost_after_s)
         self._launch_timeout = timedelta(seconds=launch_timeout_s)
         self._persist_every = timedelta(seconds=persist_every_s)
@@ -195,7 +199,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             case RetireWorker(namespace=ns, ref=ref):
                 return await self._retire(ns, ref)
             case Sweep():
-                return await self._sweep(now())
+                return await self._sweep(self._clock())
             case ListWorkers(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
             case Prepare():
@@ -207,7 +211,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return None
             case MarkWorkerLost(namespace=ns, worker_id=wid, detail=detail):
                 w = self._rows.get(wid)
-                if w is None or w.namespace != ns or not self._overdue(w, now()):
+                if w is None or w.namespace != ns or not self._overdue(w, self._clock()):
                     return None
                 return await self._lose(w, detail)
 
@@ -225,7 +229,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         for q in reg.queues:
             validate_name("queue", q)
         existing = self._rows.get(reg.id) if reg.id else self.find(reg.namespace, reg.name)
-        ts = now()
+        ts = self._clock()
         worker = Worker(
             id=reg.id or (existing.id if existing else new_worker_id()),
             name=reg.name,
@@ -252,16 +256,19 @@ class WorkerRegistry(Actor[WorkerMsg]):
         if worker.status is WorkerStatus.LOST and status is not WorkerStatus.STOPPED:
             log.info("worker %s (%s) is back", worker.name, worker.id)
         current = hb.current[0] if hb.current else None
-        new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=hb.ts)
+        # The server's clock, not the daemon's (which may be minutes off): liveness and the
+        # times shown are all the server's.
+        heard = self._clock()
+        new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=heard)
         changed = (new.status, new.current) != (worker.status, worker.current)
         last = self._persisted_at.get(worker.id)
-        if changed or last is None or hb.ts - last >= self._persist_every:
+        if changed or last is None or heard - last >= self._persist_every:
             await self._save(new)
         else:
             self._rows[worker.id] = new
         if status is WorkerStatus.STOPPED:
             self._retiring.discard(worker.id)
-        ts = now()
+        ts = self._clock()
         steal = [g for g in self._leases.get(worker.id, ()) if g.until > ts]
         return HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring, steal=steal)
 

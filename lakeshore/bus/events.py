@@ -253,4 +253,4 @@ class EventFeed:
                 meta.sequence.stream, msg.subject, dropped,
             )  # fmt: skip
             batch = EventBatch(events=events)
-        return Delivery(batch, meta.sequence.stream, meta.num_delivered, msg)
+        return Delivery(batch, meta.sequence.stream, meta.num_delivered, msg, meta.timestamp)

@@ -17,11 +17,12 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.port import Delivery, Published, QueueCounts
 from lakeshore.errors import Unavailable
-from lakeshore.model import DaemonControl, EventBatch, Result
+from lakeshore.model import DaemonControl, EventBatch, Result, now
 
 #: A repeated msg_id is a duplicate for this long (seconds), as ``NatsBus`` configures it.
 DUPLICATE_WINDOW_S = 600.0
@@ -59,6 +60,8 @@ class _EventLog:
     outstanding: set[int] = field(default_factory=set)
     acked: set[int] = field(default_factory=set)
     delivered: dict[int, int] = field(default_factory=dict)
+    #: when each message was stored (the server's clock: this process's)
+    stored_at: dict[int, datetime] = field(default_factory=dict)
     ack_floor: int = 0
     #: created lazily: it binds to the running loop on first use
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -189,6 +192,7 @@ class InMemoryBus:
         log = self._log
         async with log.changed:
             log.messages.append((namespace, queue, batch))
+            log.stored_at[len(log.messages)] = now()
             log.ready.add(len(log.messages))
             log.changed.notify_all()
 
@@ -280,7 +284,9 @@ class InMemoryFeed:
                 events = [e for e in batch.events if (e.namespace, e.queue) == (ns, queue)]
                 if len(events) != len(batch.events):
                     batch = EventBatch(events=events)
-                out.append(Delivery(batch, seq, log.delivered[seq], msg=seq))
+                out.append(
+                    Delivery(batch, seq, log.delivered[seq], msg=seq, stored_at=log.stored_at[seq])
+                )
             return out
 
     async def ack(self, deliveries: Sequence[Delivery]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from lakeshore.model import DaemonControl, EventBatch, Result
@@ -47,6 +48,8 @@ class Delivery:
     delivered: int
     #: the implementation's handle on the message (a nats ``Msg``), opaque to callers
     msg: Any
+    #: when the server stored the message, by the server's clock (``None``: unknown)
+    stored_at: datetime | None = None
 
 
 class Bus(Protocol):

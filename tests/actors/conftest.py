@@ -28,7 +28,7 @@ from lakeshore.model import Namespace, ProviderKind, Queue, now
 from lakeshore.providers import ExternalProvider
 from lakeshore.store.memory import InMemoryStore
 
-from .support import NS, WAIT_S, RecordingBackend
+from .support import NS, WAIT_S, WALL, RecordingBackend
 
 NATS_URL = "nats://test.invalid:4222"
 
@@ -58,7 +58,8 @@ async def store() -> InMemoryStore:
 
 @pytest.fixture
 async def registry(runtime: Runtime, store: InMemoryStore) -> ActorRef[WorkerMsg]:
-    return await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0))
+    WALL.offset_s = 0.0
+    return await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
 
 
 @pytest.fixture

@@ -45,6 +45,21 @@ def call(n: int = 0, **fields: Any) -> InvocationSubmit:
     return InvocationSubmit(fn="jobs:work", args=[n], **fields)
 
 
+class Wall:
+    """A wall clock that tests can set back: ``WALL.at(-60)`` is "60 s ago" until ``reset``."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def __call__(self) -> datetime:
+        return now() + timedelta(seconds=self.offset_s)
+
+
+#: The registry's clock in these tests (a heartbeat's time is the registry's, not the
+#: daemon's, so a test sets the clock back to send a beat "in the past").
+WALL = Wall()
+
+
 def ago(seconds: float) -> datetime:
     return now() - timedelta(seconds=seconds)
 

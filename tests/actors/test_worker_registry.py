@@ -37,7 +37,7 @@ from lakeshore.model import (
 )
 from lakeshore.store.memory import InMemoryStore
 
-from .support import NS, ago, fail_once, queue_events
+from .support import NS, WALL, ago, fail_once, queue_events
 
 IDLE, BUSY, LOST = WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.LOST
 STOPPED, RETIRING, STARTING = WorkerStatus.STOPPED, WorkerStatus.RETIRING, WorkerStatus.STARTING
@@ -58,10 +58,15 @@ async def beat(
     age_s: float = 0.0,
     current: list[str] | None = None,
 ) -> HeartbeatReply:
-    """A heartbeat sent ``age_s`` seconds ago (the timeline is the heartbeats' own ``ts``)."""
+    """A heartbeat heard ``age_s`` seconds ago by the registry's clock (the daemon's own
+    ``ts`` is not trusted)."""
     hb = Heartbeat(worker_id=worker.id, namespace=worker.namespace, status=status,
                    current=current or [], ts=ago(age_s))  # fmt: skip
-    return await registry.ask(Beat(hb))
+    WALL.offset_s = -age_s
+    try:
+        return await registry.ask(Beat(hb))
+    finally:
+        WALL.offset_s = 0.0
 
 
 async def row(registry: ActorRef[WorkerMsg], worker_id: str) -> Worker:
@@ -140,7 +145,7 @@ async def test_a_heartbeat_of_an_unknown_worker_asks_it_to_register(
 async def test_heartbeat_times_are_persisted_at_most_every_persist_period(
     runtime: Runtime, store: InMemoryStore
 ) -> None:
-    registry = await runtime.spawn(WorkerRegistry(store, persist_every_s=5.0))
+    registry = await runtime.spawn(WorkerRegistry(store, persist_every_s=5.0, clock=WALL))
     w = await register(registry, "d1")
     stored = w.last_heartbeat
     await beat(registry, w, age_s=-1.0)  # 1 s later, nothing changed: memory only
@@ -318,7 +323,7 @@ async def test_a_lost_worker_that_beats_again_is_back(registry: ActorRef[WorkerM
 async def test_a_launch_that_never_registers_is_lost_after_the_launch_timeout(
     runtime: Runtime, store: InMemoryStore
 ) -> None:
-    registry = await runtime.spawn(WorkerRegistry(store, launch_timeout_s=120.0))
+    registry = await runtime.spawn(WorkerRegistry(store, launch_timeout_s=120.0, clock=WALL))
     slow = starting("slow", "a", started_s_ago=121)
     young = starting("young", "a", started_s_ago=119)
     await registry.ask(Prepare(NS, [slow, young]))
