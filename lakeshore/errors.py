@@ -280,3 +280,20 @@ class InsufficientStorage(Unavailable):
 
 
 ERRORS_BY_CODE[InsufficientStorage.code] = InsufficientStorage
+
+
+class StoreFull(InsufficientStorage):
+    """No room left on the disk of the control plane's store (507)."""
+
+    code = "store_full"
+
+    def __init__(self, detail: str) -> None:
+        self.what, self.detail = "write the store", detail
+        LakeshoreError.__init__(
+            self,
+            f"no storage left to write the store: {detail}; free space under the data dir, "
+            "then retry (with the same idempotency keys)",
+        )
+
+
+ERRORS_BY_CODE[StoreFull.code] = StoreFull

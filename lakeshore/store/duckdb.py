@@ -80,7 +80,14 @@ class Store(JobQueries, KeyQueries):
         if self._closed:
             raise errors.Unavailable("the store is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, self._con)
+        try:
+            return await loop.run_in_executor(self._executor, fn, self._con)
+        except (duckdb.IOException, duckdb.TransactionException) as e:
+            # A full or failing disk is the deployment's state, not a bug of the caller: a
+            # refusal with the reason (the actor asking is not restarted for it).
+            if "No space left" in str(e):
+                raise errors.StoreFull(str(e)) from e
+            raise errors.Unavailable(f"the store could not write: {e}") from e
 
     async def close(self) -> None:
         """Close the connection after the calls already made, then stop the thread.

@@ -1,0 +1,98 @@
+"""Row 1 of the fault matrix: daemons SIGKILLed 5 times during a run of N invocations.
+
+``test_exactly_once`` kills one daemon once; this kills five, one after the other while the
+run goes on (each replaced by a new daemon), and measures how soon each killed daemon's
+claims are redelivered: within ack_wait + 2 heartbeats of the kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import statistics
+import time
+from datetime import datetime
+
+from polling import eventually
+from report import record
+from tally import NS, all_finished, runs, tally, worker_ids
+
+Q = f"{NS}/queues"
+N = 800
+RUN_S = 0.15
+KILLS = 5
+ACK_WAIT_S = 2.0
+HEARTBEAT_S = 0.2  # the fault daemons' --heartbeat-s (tests/faults/conftest.py)
+BOUND_S = ACK_WAIT_S + 2 * HEARTBEAT_S
+
+
+def _ran_by(daemons, name: str) -> int:
+    pid = daemons.procs[name].pid
+    return sum(p == pid for _, p in runs(daemons.runs))
+
+
+async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
+    plane_factory, daemons_for
+):
+    handle = await plane_factory(ack_wait_s=ACK_WAIT_S, heartbeat_s=HEARTBEAT_S, lost_after_s=1)
+    daemons = daemons_for(handle.plane.nats_url)
+    async with asyncio.timeout(110), handle.client() as api:
+        await api.post(Q, {"name": "work"})
+        live = ["d0", "d1", "d2"]
+        for name in live:
+            await daemons.start(name, "work", concurrency=4)
+        batch = [{"fn": "fault_targets:work", "args": [i, RUN_S]} for i in range(N)]
+        status, answer = await api.post(Q + "/work/invocations", {"invocations": batch})
+        assert status == 202, answer
+        ids = answer["ids"]
+        killed: dict[str, float] = {}  # worker name -> wall-clock time of its SIGKILL
+        for k in range(KILLS):
+            victim = live.pop(0)
+            # Mid-run: it has been running work for a while (its slots are full).
+            await eventually(
+                lambda v=victim: _ran_by(daemons, v),
+                until=lambda n: n >= 8,
+                timeout_s=60,
+                what=f"{victim} running work",
+            )
+            daemons.signal(victim, signal.SIGKILL)
+            killed[victim] = time.time()
+            await daemons.procs[victim].wait()
+            live.append(f"r{k}")
+            await daemons.start(f"r{k}", "work", concurrency=4)
+        await all_finished(api, "work", N, timeout_s=120)
+        counts = await tally(api, ids)
+        ids_of = await worker_ids(api)
+    assert counts.lost == 0, counts.states
+    assert counts.states == {"succeeded": N}, counts.odd()
+    assert counts.double_recorded == 0
+    delays = _redelivery_delays(counts.details.values(), {ids_of[n]: t for n, t in killed.items()})
+    assert delays, "no claim of a killed daemon was redelivered"
+    assert max(delays) <= BOUND_S, sorted(delays)[-5:]
+    executions = len(runs(daemons.runs))
+    record(
+        1,
+        "5-sigkills",
+        tried=f"{N} runs of {RUN_S}s on 3 daemons (4 slots each); {KILLS} daemons SIGKILLed "
+        "one after the other mid-run, each replaced",
+        passed=True,
+        lost=counts.lost,
+        double_recorded=counts.double_recorded,
+        stale=counts.stale,
+        note=f"{len(delays)} claims of killed daemons redelivered, kill → next attempt "
+        f"started: median {statistics.median(delays):.2f}s, max {max(delays):.2f}s "
+        f"(bound ack_wait {ACK_WAIT_S:g}s + 2 heartbeats = {BOUND_S:g}s); "
+        f"{executions - N} duplicate executions",
+    )
+
+
+def _redelivery_delays(jobs, kill_at: dict[str, float]) -> list[float]:
+    """Per attempt of a killed worker: seconds from its kill to the next attempt's start."""
+    delays = []
+    for body in jobs:
+        attempts = body["attempts"]
+        for a, nxt in zip(attempts, attempts[1:], strict=False):
+            if a["worker"] in kill_at and nxt["started_at"] is not None:
+                started = datetime.fromisoformat(nxt["started_at"]).timestamp()
+                delays.append(started - kill_at[a["worker"]])
+    return delays
