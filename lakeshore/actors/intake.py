@@ -26,7 +26,7 @@ from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
-from lakeshore.errors import LakeshoreError, QueueFull, WrongState
+from lakeshore.errors import InsufficientStorage, LakeshoreError, QueueFull, WrongState
 from lakeshore.faults import Faults
 from lakeshore.ids import new_id
 from lakeshore.model import (
@@ -112,10 +112,6 @@ class Intake:
         # A retried key not recorded yet: its first submit may have died between the publish
         # and the events, so its event goes out again (a second one is harmless).
         waiting.announce = {i for i, f in zip(ids, fresh, strict=True) if i != f} - known
-        waiting.new_keys = [
-            s.idempotency_key for s, i, f in zip(specs, ids, fresh, strict=True)
-            if s.idempotency_key is not None and i == f
-        ]  # fmt: skip
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again
                 waiting.published[i] = Published(seq=0, duplicate=True)
@@ -182,9 +178,12 @@ class Intake:
         row = self._row()
         try:
             await self._record_admitted(waiting)
-        except LakeshoreError:
-            # Admitted without a record is worse than refused: nobody would see it, yet it
-            # would run. The refused submit leaves nothing behind (a retry starts afresh).
+        except InsufficientStorage:
+            # JetStream refused the events for good (its store is full): admitted without a
+            # record is worse than refused — nobody would see it, yet it would run. Taken
+            # back, it leaves nothing behind and a retry starts afresh. (Not on a timeout:
+            # the events may be stored after all, and a record without its message would
+            # wait for ever; the message stays, and a retry announces it again.)
             await self._take_back(waiting)
             raise
         self._faults.hit("submit.recorded")
@@ -201,15 +200,19 @@ class Intake:
         )
 
     async def _take_back(self, waiting: Waiting) -> None:
-        """Remove what a submit stored (its messages, its new keys), best effort."""
+        """Remove the messages a submit stored and the keys naming them, best effort: a
+        retry then gets new ids (the stream would take the old ones for duplicates)."""
+        taken: set[str] = set()
         for item, pub in zip(waiting.items, waiting.published, strict=True):
             if pub is not None and not pub.duplicate:
                 try:
                     await self._bus.delete_message(self._ns, self._queue, pub.seq)
+                    taken.add(item.id)
                 except LakeshoreError as e:
                     log.warning("invocation %s could not be taken back: %s", item.id, e)
-        if waiting.new_keys:
-            await self._store.forget_keys(self._ns, self._queue, waiting.new_keys)
+        keys = [i.spec.idempotency_key for i in waiting.items if i.id in taken]
+        if any(keys):
+            await self._store.forget_keys(self._ns, self._queue, [k for k in keys if k])
         log.info("submit taken back: its events could not be recorded")
 
     async def _record_admitted(self, waiting: Waiting) -> None:

@@ -44,8 +44,6 @@ class Waiting:
     #: ids whose ``submitted`` event is published even if the stream calls them duplicates:
     #: a retried key whose first submit died before its events were published
     announce: set[str] = field(default_factory=set)
-    #: the idempotency keys this submit stored (forgotten again if it is taken back)
-    new_keys: list[str] = field(default_factory=list)
     answer: asyncio.Future[SubmitAnswer] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )

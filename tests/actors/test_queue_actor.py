@@ -29,6 +29,7 @@ from lakeshore.bus.memory import DUPLICATE_WINDOW_S, InMemoryBus
 from lakeshore.errors import (
     Conflict,
     ImmutableField,
+    InsufficientStorage,
     Internal,
     Invalid,
     LakeshoreError,
@@ -571,9 +572,23 @@ async def test_a_submit_whose_events_cannot_be_recorded_is_taken_back(
 ) -> None:
     # Admitted without a record would run unseen: the submit is refused and leaves nothing.
     ref = await spawn_queue("q")
-    fail_once(bus, "publish_events", Unavailable("the events stream is full"))
-    with pytest.raises(Unavailable, match="events stream is full"):
+    fail_once(bus, "publish_events", InsufficientStorage("record events", "the store is full"))
+    with pytest.raises(InsufficientStorage, match="the store is full"):
         await submit(ref, call(0, idempotency_key="k"), call(1))
     again = await submit(ref, call(0, idempotency_key="k"))
     assert again.duplicates == []  # the key was forgotten with the submit: a fresh start
+    assert stored_ids(bus, "q") == again.ids
+
+
+async def test_a_submit_whose_events_time_out_keeps_its_message(
+    spawn_queue: SpawnQueue, bus: InMemoryBus
+) -> None:
+    # A timeout is ambiguous (the events may be stored after all): the message stays, so a
+    # record never points at nothing; the retry announces it again.
+    ref = await spawn_queue("q")
+    fail_once(bus, "publish_events", Unavailable("NATS did not answer"))
+    with pytest.raises(Unavailable):
+        await submit(ref, call(0, idempotency_key="k"))
+    again = await submit(ref, call(0, idempotency_key="k"))
+    assert again.duplicates == again.ids
     assert stored_ids(bus, "q") == again.ids
