@@ -19,8 +19,14 @@ class Daemons:
         self.nats_url, self.runs = nats_url, runs
         self.procs: dict[str, asyncio.subprocess.Process] = {}
 
-    async def start(self, name: str, queue: str, concurrency: int = 1) -> None:
-        env = {**os.environ, "PYTHONPATH": str(HERE), "FAULTS_RUNS": str(self.runs)}
+    async def start(
+        self, name: str, queue: str, concurrency: int = 1, *, env: dict[str, str] | None = None
+    ) -> None:
+        """``lakeshore daemon run`` on ``queue``, with ``env`` over the environment (a slow
+        machine, a skewed clock)."""
+        env = {
+            **os.environ, "PYTHONPATH": str(HERE), "FAULTS_RUNS": str(self.runs), **(env or {})
+        }  # fmt: skip
         self.procs[name] = await asyncio.create_subprocess_exec(
             LAKESHORE,
             "daemon",

@@ -19,7 +19,6 @@ import pytest
 from polling import eventually
 from report import record
 from server_process import ServerProcess
-from spawn import start_daemon
 from support import Api
 from tally import NS, all_terminal, runs, tally, worker_ids
 
@@ -54,9 +53,7 @@ async def _start_skewed(handle, daemons_for, libfaketime, api):
     daemons = daemons_for(handle.plane.nats_url)
     for name, offset in SKEW.items():
         await api.post(Q, {"name": name})
-        await start_daemon(
-            daemons, name, name, concurrency=4, env=_faked(libfaketime, FAKETIME=offset)
-        )
+        await daemons.start(name, name, concurrency=4, env=_faked(libfaketime, FAKETIME=offset))
     await eventually(
         lambda: worker_ids(api),
         until=lambda w: set(SKEW) <= set(w),

@@ -13,7 +13,6 @@ from collections import defaultdict
 
 from polling import eventually
 from report import record
-from spawn import start_daemon
 from tally import NS, all_finished, tally, worker_ids
 
 Q = f"{NS}/queues"
@@ -92,14 +91,13 @@ async def test_a_slow_and_a_fast_daemon_hold_no_more_claims_than_slots(plane_fac
     async with asyncio.timeout(90), handle.client() as api:
         await api.post(Q, {"name": "work"})
         # Every run on the slow daemon lasts 2.5 s, beyond ack_wait: it must send progress.
-        await start_daemon(
-            daemons,
+        await daemons.start(
             "slow",
             "work",
             concurrency=slots["slow"],
             env={"FAULTS_RUN_S": str(1.25 * ACK_WAIT_S)},
         )
-        await start_daemon(daemons, "fast", "work", concurrency=slots["fast"])
+        await daemons.start("fast", "work", concurrency=slots["fast"])
         batch = [{"fn": "row_targets:timed", "args": [i, 0.05]} for i in range(n)]
         status, answer = await api.post(Q + "/work/invocations", {"invocations": batch})
         assert status == 202, answer
