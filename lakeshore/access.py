@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from lakeshore.errors import AlreadyExists, Forbidden, NamespaceNotFound, Unauthorized
@@ -51,6 +52,7 @@ class Access:
         self._store = store
         self._namespaces: dict[str, Namespace] = {}
         self._tokens: dict[str, Token] = {}
+        self._on_revoke: list[Callable[[str], Awaitable[object]]] = []
 
     async def issue_token(
         self, namespace: str | None, description: str = "", *, admin: bool = False
@@ -77,7 +79,21 @@ class Access:
     async def revoke_token(self, namespace: str, token_id: str) -> Token | None:
         token = await self._store.revoke_token(namespace, token_id)
         self._tokens = {h: t for h, t in self._tokens.items() if t.id != token_id}
+        if token is not None:
+            for listener in self._on_revoke:
+                await listener(token_id)
         return token
+
+    def on_revoke(self, listener: Callable[[str], Awaitable[object]]) -> None:
+        """Call ``listener(token_id)`` after each revocation (e.g. to cut its NATS access)."""
+        self._on_revoke.append(listener)
+
+    async def live_token(self, token_id: str) -> Token | None:
+        """The token with this id, unless it was revoked (or never existed)."""
+        for token in self._tokens.values():
+            if token.id == token_id:
+                return token
+        return await self._store.token_by_id(token_id)
 
     async def create_namespace(self, name: str, org: str) -> Namespace:
         ns = Namespace(

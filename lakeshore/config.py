@@ -18,6 +18,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from lakeshore.errors import Invalid
+from lakeshore.quotas import Quotas
 
 _S = TypeVar("_S", bound=Struct)
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -37,6 +38,24 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """An existing NATS server to use; ``None`` runs an embedded one."""
     nats_port: Port = 4222
     """Client port of the embedded NATS server; 0 picks a free one."""
+    nats_host: str = "127.0.0.1"
+    """Listen address of the embedded NATS server. Beyond loopback it speaks TLS only (a CA
+    and server certificate are generated into the data dir unless ``nats_tls_cert_file`` and
+    ``nats_tls_key_file`` name the operator's own)."""
+    nats_advertise: str | None = None
+    """NATS URL(s) daemons on other machines are told to use (``POST …/daemons/join``);
+    default: the URL the control plane itself uses."""
+    nats_auth_file: Path | None = None
+    """With ``nats_url``: the control plane's NATS secrets (written by ``lakeshore nats
+    config``); the embedded server keeps its own in the data dir."""
+    nats_ca_file: Path | None = None
+    """CA bundle that signs the NATS server's certificate (TLS to NATS)."""
+    nats_tls_cert_file: Path | None = None
+    """The embedded NATS server's own certificate (PEM), instead of a generated one."""
+    nats_tls_key_file: Path | None = None
+    """The key of ``nats_tls_cert_file`` (PEM)."""
+    credential_ttl_s: Annotated[float, Meta(ge=60.0, le=86400.0)] = 3600.0
+    """Lifetime of a daemon's NATS credential, renewed on its heartbeats, in seconds."""
     replicas: Annotated[int, Meta(ge=1, le=5)] = 1
     """JetStream replicas of each queue stream (JetStream allows 1 to 5)."""
     ask_timeout_s: Seconds = 10.0
@@ -62,6 +81,8 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     to 30 s), in seconds."""
     fault_points: str = ""
     """Fault tests only: ``point:exit|raise,…`` (see :mod:`lakeshore.faults`)."""
+    quotas: Quotas = Quotas()
+    """Per-org quotas: the ``[quotas]`` table (see :class:`lakeshore.quotas.Quotas`)."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -94,6 +115,9 @@ _SERVER_ENV = {
     "LAKESHORE_PORT": "port",
     "LAKESHORE_NATS_URL": "nats_url",
     "LAKESHORE_NATS_PORT": "nats_port",
+    "LAKESHORE_NATS_HOST": "nats_host",
+    "LAKESHORE_NATS_AUTH_FILE": "nats_auth_file",
+    "LAKESHORE_NATS_CA_FILE": "nats_ca_file",
     "LAKESHORE_REPLICAS": "replicas",
     "LAKESHORE_FAULT_POINTS": "fault_points",
 }

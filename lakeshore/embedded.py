@@ -164,6 +164,8 @@ class NatsServer:
 
     Args:
         store_dir: JetStream store directory (``-sd``); created by the server if missing.
+        config_file: the server's config (``-c``): the accounts and auth callout of the
+            closed bus (:func:`lakeshore.security.serverauth.write_server_config`), TLS.
         host: client listen address (``-a``).
         port: client port (``-p``); 0 or -1 picks a free port, read back from the log.
         binary: the executable; default :func:`find_nats_server` at start.
@@ -177,6 +179,7 @@ class NatsServer:
         self,
         store_dir: Path | str,
         *,
+        config_file: Path | str,
         host: str = "127.0.0.1",
         port: int = 4222,
         binary: Path | str | None = None,
@@ -186,6 +189,7 @@ class NatsServer:
         stop_timeout_s: float = 5.0,
     ) -> None:
         self.store_dir = Path(store_dir)
+        self.config_file = Path(config_file)
         self.host = host
         self._want_port = -1 if port in (0, -1) else port
         self._binary = Path(binary) if binary is not None else None
@@ -242,7 +246,8 @@ class NatsServer:
         binary = self._binary or find_nats_server()
         version = await asyncio.to_thread(server_version, binary)
         check_version(version, where=str(binary))
-        args = ["-a", self.host, "-p", str(self._want_port), "-js", "-sd", str(self.store_dir)]
+        args = ["-c", str(self.config_file), "-a", self.host, "-p", str(self._want_port)]
+        args += ["-js", "-sd", str(self.store_dir)]
         try:
             proc = await asyncio.create_subprocess_exec(
                 binary,

@@ -166,6 +166,24 @@ class QueueFull(LakeshoreError):
     http_status = 429
 
 
+class QuotaExceeded(LakeshoreError):
+    """A change would take an org (or a namespace) over one of the server's quotas (429).
+
+    Nothing was changed. ``quota`` is the quota's key in the ``[quotas]`` table of
+    ``server.toml`` and ``limit`` its value; ``usage`` says what is counted against it.
+    """
+
+    code = "quota_exceeded"
+    http_status = 429
+
+    def __init__(self, quota: str, limit: int, usage: str, hint: str = "") -> None:
+        self.quota, self.limit, self.usage = quota, limit, usage
+        super().__init__(
+            f"over quota {quota} ({limit}): {usage}; nothing was changed — {hint}"
+            f"an operator can raise it: `{quota} = N` under [quotas] in <data-dir>/server.toml"
+        )
+
+
 class Unavailable(LakeshoreError):
     """A dependency (NATS, an actor) did not answer in time (503)."""
 

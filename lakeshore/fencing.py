@@ -14,6 +14,19 @@ The Recorder keeps a :class:`Fence` per invocation and runs every incoming event
 * ``cancelled`` is accepted only while unfinished; a daemon's cancel (it carries an epoch)
   is also fenced by the epoch, the control plane's cancel of a pending invocation (no
   epoch) is not. ``dropped`` carries no epoch and is accepted only while unfinished.
+* The events fenced by the epoch are also fenced by the *claimant* when they name a
+  ``worker``: one from epoch E is refused if an accepted ``claimed`` or ``started`` of
+  epoch E is recorded and none of them names that worker ("attempt 2 was claimed by daemon
+  w-abc, not w-xyz"). The check applies only when that epoch's claim or start was recorded
+  (a completion whose ``claimed`` and ``started`` are lost or not recorded yet is accepted,
+  as above). Events without a worker (the control plane's) are not checked. Every worker
+  that claimed or started an epoch is one of its claimants (``claimed`` and ``started`` are
+  recorded as they are; two claims of one epoch are the known limit of data-plane.md), so
+  the order in which the claimants' events arrive does not matter.
+  The identity is guaranteed by the bus, not checked here: a daemon may publish events only
+  as itself, and the Recorder's feed drops an event whose ``worker`` is not the publishing
+  daemon. A fence keeps the claims of the epochs not below the highest started epoch, the
+  only ones a completion can still be accepted from.
 * Anything refused is recorded as type ``stale`` with ``detail.stale_type`` (the original
   type) and ``detail.stale_reason``, and counted — never as a second outcome.
 
@@ -75,6 +88,11 @@ RAISES_EPOCH = frozenset(
 EPOCH_FENCED = frozenset(
     {EventType.RETRYING, EventType.SUCCEEDED, EventType.FAILED, EventType.CANCELLED}
 )
+#: Accepted events of these types that name a worker make it a claimant of their epoch.
+CLAIMING = frozenset({EventType.CLAIMED, EventType.STARTED})
+
+#: ``(epoch, worker)`` of an accepted :data:`CLAIMING` event.
+Claim = tuple[int, str]
 
 
 class Fence(NamedTuple):
@@ -86,6 +104,9 @@ class Fence(NamedTuple):
     top: int = -1
     #: the state of the accepted terminal event; ``None`` while unfinished
     terminal: InvocationState | None = None
+    #: ``(epoch, worker)`` of the accepted claims of the epochs not below ``started_epoch``,
+    #: distinct and sorted (:func:`kept_claims`)
+    claims: tuple[Claim, ...] = ()
 
     @property
     def finished(self) -> bool:
@@ -120,12 +141,28 @@ def decide(fence: Fence | None, ev: InvocationEvent) -> tuple[Fence, str | None]
         fenced = kind in EPOCH_FENCED and (kind is not EventType.CANCELLED or ev.epoch is not None)
         if fenced and epoch < f.started_epoch:
             return f, f"epoch {epoch} was superseded by epoch {f.started_epoch}"
+        if fenced and ev.worker is not None:
+            claimants = [w for e, w in f.claims if e == epoch]
+            if claimants and ev.worker not in claimants:
+                by = " or ".join(claimants)
+                return f, f"attempt {epoch} was claimed by daemon {by}, not {ev.worker}"
     started = max(f.started_epoch, epoch) if kind in RAISES_EPOCH else f.started_epoch
+    claims = f.claims
+    if kind in CLAIMING and ev.worker is not None:
+        claims = kept_claims((*claims, (epoch, ev.worker)), started)
+    elif started != f.started_epoch:
+        claims = kept_claims(claims, started)
     if kind in TERMINAL:
-        return Fence(started, f.top, TERMINAL[kind]), None
+        return Fence(started, f.top, TERMINAL[kind], claims), None
     rank = RANK.get(kind)
     top = f.top if rank is None else max(f.top, epoch * RANK_BASE + rank)
-    return Fence(started, top, f.terminal), None
+    return Fence(started, top, f.terminal, claims), None
+
+
+def kept_claims(claims: Iterable[Claim], started_epoch: int) -> tuple[Claim, ...]:
+    """The claims a fence keeps: distinct, sorted, of the epochs not below ``started_epoch``
+    (a completion from a lower epoch is refused whoever sent it)."""
+    return tuple(sorted({c for c in claims if c[0] >= started_epoch}))
 
 
 def stale(ev: InvocationEvent, reason: str) -> InvocationEvent:

@@ -1,8 +1,10 @@
 """The control plane's NATS front door: register, heartbeat and the SDK's submit fast path.
 
 Like the HTTP layer it is thin: decode, check, call the service HTTP calls too, encode the
-answer (or an ``ErrorBody``). Daemons are trusted by being on the NATS network; a fast-path submit
-carries the same bearer token as HTTP.
+answer (or an ``ErrorBody``). NATS's permissions (see docs/security.md) let a daemon publish
+only on subjects that end with its own worker id, so a register or heartbeat is checked to
+speak for the daemon its subject names; a fast-path submit carries the same bearer token as
+HTTP.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import msgspec
 from lakeshore.access import Access
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.nats import NatsBus
-from lakeshore.errors import Internal, Invalid, LakeshoreError, NamespaceNotFound
+from lakeshore.errors import Forbidden, Internal, Invalid, LakeshoreError, NamespaceNotFound
 from lakeshore.model import ErrorBody, ErrorDetail, FastSubmit, Heartbeat, WorkerRegister
 from lakeshore.services import FleetService, JobService
 
@@ -53,16 +55,20 @@ class Gateway:
         self._subs.clear()
 
     async def _register(self, subject: str, data: bytes) -> Any:
-        ns = subject.split(".")[1]
+        _, ns, _, worker_id = subject.split(".")
         reg = codec.decode(data, WorkerRegister)
-        if reg.namespace != ns:
-            raise Invalid(f"register on {subject} names namespace {reg.namespace!r}")
+        if (reg.namespace, reg.id) != (ns, worker_id):
+            raise Forbidden(f"register on {subject} speaks for {reg.namespace}/{reg.id}")
         if await self._access.namespace(ns) is None:
             raise NamespaceNotFound(ns)
         return await self._fleet.register(reg)
 
     async def _heartbeat(self, subject: str, data: bytes) -> Any:
-        return await self._fleet.heartbeat(codec.decode(data, Heartbeat))
+        _, ns, _, worker_id = subject.split(".")
+        hb = codec.decode(data, Heartbeat)
+        if (hb.namespace, hb.worker_id) != (ns, worker_id):
+            raise Forbidden(f"heartbeat on {subject} speaks for {hb.namespace}/{hb.worker_id}")
+        return await self._fleet.heartbeat(hb)
 
     async def _submit(self, subject: str, data: bytes) -> Any:
         _, ns, _, queue = subject.split(".")

@@ -25,18 +25,23 @@ from lakeshore.actors.directory import QueueDirectory
 from lakeshore.actors.launcher import Launcher, exit_reporter
 from lakeshore.actors.recorder import Recorder
 from lakeshore.actors.workers import Sweep, WorkerRegistry
+from lakeshore.bus.connection import connect_nats
 from lakeshore.bus.events import EventFeed
 from lakeshore.bus.nats import NatsBus
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.controller import ControllerSettings
-from lakeshore.embedded import NatsServer
 from lakeshore.errors import LakeshoreError
 from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
 from lakeshore.http.errors import MAX_LINE_BYTES
-from lakeshore.model import ProviderKind, TokenCreated
+from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
+from lakeshore.security.callout import CALLOUT_GROUP, CALLOUT_SUBJECT, Callout, Identities
+from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
+from lakeshore.security.natsd import PlaneNats, start_nats
+from lakeshore.security.serverauth import PLANE_USER, SYSTEM_USER
+from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.store import Store, open_store
 
@@ -113,19 +118,18 @@ class ControlPlane:
         # locked), before it starts a NATS server on the first one's NATS store.
         store = await open_store(self.data_dir / "lakeshore.duckdb")
         stack.push_async_callback(store.close)
-        if not settings.nats_url:
-            nats = NatsServer(
-                self.data_dir / "nats", port=settings.nats_port, server_name="lakeshore-embedded"
-            )
-            await nats.start()
-            stack.push_async_callback(nats.stop)
-            self.nats_url = nats.url
+        nats = await start_nats(settings, self.data_dir, stack)
+        self.nats_url = nats.url
         bus = await NatsBus.connect(
-            self.nats_url, replicas=settings.replicas, ack_wait_s=settings.ack_wait_s
+            nats.url,
+            nats.login(PLANE_USER),
+            replicas=settings.replicas,
+            ack_wait_s=settings.ack_wait_s,
         )
         stack.push_async_callback(bus.close)
         gate = Access(store)
         self.admin_token = await gate.bootstrap()
+        daemons, sessions = await _close_the_bus(nats, bus, gate, store, settings, stack)
         # The events stream must exist before any queue actor publishes to it.
         events = EventFeed(bus.nc, replicas=settings.replicas)
         await events.ensure()
@@ -143,7 +147,14 @@ class ControlPlane:
             ),
             ProviderKind.EXTERNAL: ExternalProvider(),
         }
-        launcher = await runtime.spawn(Launcher(store, workers, providers, nats_url=self.nats_url))
+        launcher = await runtime.spawn(
+            Launcher(
+                store,
+                workers,
+                providers,
+                access=lambda w, org: daemons.issue(w.id, w.namespace, org, PLANE_TOKEN),
+            )
+        )
         controller = await runtime.spawn(
             ControllerActor(
                 store=store,
@@ -162,6 +173,7 @@ class ControlPlane:
                 workers=workers,
                 key_ttl_s=settings.idempotency_ttl_s,
                 faults=faults,
+                on_created=sessions.regrant,
             )
         )
         services = Services(
@@ -178,7 +190,12 @@ class ControlPlane:
             ),
             queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
             fleet=FleetService(
-                store=store, bus=bus, workers=workers, launcher=launcher, controller=controller
+                store=store,
+                bus=bus,
+                workers=workers,
+                launcher=launcher,
+                controller=controller,
+                daemons=daemons,
             ),
             problems=lambda: _problems(bus, runtime),
         )
@@ -237,6 +254,36 @@ class ControlPlane:
         """Stop everything started, in reverse order; a second call does nothing."""
         stack, self._stack = self._stack, contextlib.AsyncExitStack()
         await stack.aclose()
+
+
+async def _close_the_bus(
+    nats: PlaneNats,
+    bus: NatsBus,
+    gate: Access,
+    store: Store,
+    settings: ServerSettings,
+    stack: contextlib.AsyncExitStack,
+) -> tuple[DaemonAccessIssuer, Sessions]:
+    """Answer NATS's auth callout, and cut off revoked tokens' connections."""
+    issuer = nats.secrets.issuer
+    daemons = DaemonAccessIssuer(
+        issuer, gate, ttl_s=settings.credential_ttl_s, nats_url=nats.advertise, ca_pem=nats.ca_pem
+    )
+
+    async def queues_of(namespace: str) -> list[str]:
+        rows = await store.list_queues([namespace], None)
+        return [DEFAULT_QUEUE, *(q.name for q in rows)]
+
+    identities = Identities(daemons, gate, queues_of, ttl_s=settings.credential_ttl_s)
+    callout = await bus.respond(
+        CALLOUT_SUBJECT, Callout(issuer, identities).answer, group=CALLOUT_GROUP
+    )
+    stack.push_async_callback(callout.unsubscribe)
+    system = await connect_nats(nats.url, name="lakeshore-sys", login=nats.login(SYSTEM_USER))
+    sessions = Sessions(system)
+    stack.push_async_callback(sessions.close)
+    gate.on_revoke(sessions.revoke_token)
+    return daemons, sessions
 
 
 async def _halt(controller: ActorRef[Any]) -> None:

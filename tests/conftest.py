@@ -1,5 +1,6 @@
 # ---------------------------------------------------------------------------------------------
-# NATS servers: the real nats-server the suite runs against (style rule 16).
+# NATS servers: the real nats-server the suite runs against (style rule 16), every one with
+# the closed bus on (tests/natsauth.py: the session's secrets; there is no open mode).
 #   nats_server             session-wide server on a free port, store under tmp
 #   nats_server_factory     function-scoped: start own servers (kill / restart tests)
 #   old_nats_server_binary  a real nats-server 2.10.26, to test the version refusal
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from pathlib import Path
 from typing import Any, TypeVar
 
+import natsauth
 import pytest
 import pytest_asyncio
 
@@ -63,7 +65,9 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
     streams and delete them.
     """
     runner = _LoopThread()
-    server = NatsServer(tmp_path_factory.mktemp("nats-session"), port=0)
+    store = tmp_path_factory.mktemp("nats-session")
+    config = natsauth.server_config(store.parent / "nats-session.conf")
+    server = NatsServer(store, config_file=config, port=0)
     try:
         runner.run(server.start())
         yield server
@@ -76,20 +80,29 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer
 async def nats_server_factory(tmp_path: Path) -> AsyncIterator[NatsServerFactory]:
     """Start servers owned by one test; all are stopped at teardown.
 
-    Call ``await nats_server_factory(store_dir=None, port=0, extra_args=())``; pass the
-    ``store_dir`` and ``port`` of a stopped server to restart it with its data.
+    Call ``await nats_server_factory(store_dir=None, port=0, extra_args=(), config_file=None)``;
+    pass the ``store_dir`` and ``port`` of a stopped server to restart it with its data. The
+    config defaults to the session's closed bus; a test's own (a cluster node's) includes it.
     """
     async with contextlib.AsyncExitStack() as stack:
         count = 0
 
         async def start(
-            store_dir: Path | None = None, port: int = 0, extra_args: Sequence[str] = ()
+            store_dir: Path | None = None,
+            port: int = 0,
+            extra_args: Sequence[str] = (),
+            config_file: Path | None = None,
         ) -> NatsServer:
             nonlocal count
             count += 1
             store = store_dir or tmp_path / f"nats-{count}"
+            config = config_file or natsauth.server_config(tmp_path / f"nats-{count}.conf")
             server = NatsServer(
-                store, port=port, server_name=f"test-{count}", extra_args=extra_args
+                store,
+                config_file=config,
+                port=port,
+                server_name=f"test-{count}",
+                extra_args=extra_args,
             )
             stack.push_async_callback(server.stop)
             await server.start()
@@ -155,6 +168,10 @@ from support import (  # noqa: E402,F401
 # ---------------------------------------------------------------------------------------------
 # --quick: skip the tests marked ``slow`` (the slowest fault rows), visibly; CI runs them all.
 # ---------------------------------------------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    natsauth.install()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--quick", action="store_true", help="skip the tests marked slow (CI runs everything)"

@@ -14,9 +14,10 @@ from typing import Any
 
 import aiohttp
 import msgspec
-import nats
 import pytest
 import pytest_asyncio
+import natsauth
+from natsauth import plane_nats
 
 from lakeshore.actors.workers import Beat, Register
 from lakeshore.config import ServerSettings
@@ -108,7 +109,7 @@ async def plane_factory(nats_server, tmp_path: Path):
             data_dir=data_dir,
             host="127.0.0.1",
             port=0,
-            **{"nats_url": nats_server.url, **overrides},
+            **{"nats_url": nats_server.url, "nats_auth_file": natsauth.secrets_file(), **overrides},
         )
         plane = ControlPlane(settings)
         await plane.start()
@@ -128,7 +129,7 @@ async def plane_factory(nats_server, tmp_path: Path):
 
 
 async def _delete_queue_streams(url: str) -> None:
-    nc = await nats.connect(url)
+    nc = await plane_nats(url)
     try:
         js = nc.jetstream()
         for name in await js.streams_info():
@@ -165,7 +166,7 @@ async def admin_token_id(control_plane: PlaneHandle) -> str:
 @pytest_asyncio.fixture
 async def js(nats_server):
     """A JetStream context on the session NATS, for looking behind the control plane."""
-    nc = await nats.connect(nats_server.url)
+    nc = await plane_nats(nats_server.url)
     try:
         yield nc.jetstream()
     finally:
@@ -196,18 +197,20 @@ async def register(control_plane: PlaneHandle):
 
 @contextlib.asynccontextmanager
 async def daemon_process(
-    nats_url: str, queue: str, name: str, pythonpath: Path, log: Path
+    handle: PlaneHandle, queue: str, name: str, pythonpath: Path, log: Path
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``lakeshore daemon run`` on ``queue`` as a subprocess that can import from
-    ``pythonpath``; it must stop on SIGTERM within 30 s (else the test fails)."""
+    """``lakeshore daemon run --api --token`` on ``queue`` as a subprocess that can import
+    from ``pythonpath``; it must stop on SIGTERM within 30 s (else the test fails)."""
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     argv = [
         "-m",
         "lakeshore",
         "daemon",
         "run",
-        "--nats-url",
-        nats_url,
+        "--api",
+        handle.api,
+        "--token",
+        handle.admin_secret,
         "--queue",
         queue,
         "--name",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import msgspec
-import nats
 import pytest_asyncio
+from natsauth import plane_nats
 from polling import eventually
 
 from lakeshore.bus import codec
@@ -24,7 +24,7 @@ from lakeshore.model import (
 
 @pytest_asyncio.fixture
 async def nc(nats_server):
-    conn = await nats.connect(nats_server.url)
+    conn = await plane_nats(nats_server.url)
     yield conn
     await conn.close()
 

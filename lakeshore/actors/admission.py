@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from lakeshore.bus import codec
@@ -41,7 +41,8 @@ class Prepared:
     id: str
     msg_id: str
     level: int
-    payload: bytes
+    #: the encoded :class:`Invocation`, ``env`` values and all: never shown
+    payload: bytes = field(repr=False)
     spec: InvocationSubmit
 
 
@@ -171,7 +172,11 @@ def submitted_events(
     announce: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[InvocationEvent]:
     """The ``submitted`` events of the items stored now: not refused, and not duplicates
-    unless their id is in ``announce``."""
+    unless their id is in ``announce``.
+
+    The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
+    values reach no event, see :mod:`lakeshore.model.redact`).
+    """
     ts = now()
     return [
         InvocationEvent(

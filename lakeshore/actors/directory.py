@@ -8,12 +8,13 @@ one existing queue is then asked of that queue's actor.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from msgspec import Struct
 
-from lakeshore import elasticity
+from lakeshore import elasticity, quotas
 from lakeshore.actors.base import Actor, ActorRef, Runtime
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S
 from lakeshore.actors.intake import NO_FAULTS
@@ -36,6 +37,7 @@ from lakeshore.model import (
     now,
     validate_name,
 )
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import QueueStore
 
 log = logging.getLogger(__name__)
@@ -78,10 +80,16 @@ class QueueDirectory(Actor[DirectoryMsg]):
         workers: ActorRef[Any],
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
+        on_created: Callable[[str], None] = lambda namespace: None,
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._runtime, self._store, self._bus, self._workers = runtime, store, bus, workers
-        self._key_ttl_s, self._faults = key_ttl_s, faults
+        self._key_ttl_s, self._faults, self._quotas = key_ttl_s, faults, quotas
+        # Told the namespace of each new queue (its daemons are granted its stream).
+        self._on_created = on_created
         self._queues: dict[tuple[str, str], ActorRef[QueueMsg]] = {}
+        #: every queue row, its actor started or not (``queues_per_namespace`` counts them)
+        self._rows: set[tuple[str, str]] = set()
 
     async def started(self) -> None:
         # A restart reconciles with the store rather than respawning every queue: the
@@ -91,6 +99,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
         if pruned:
             log.info("forgot %d idempotency key(s) older than %s", pruned, expired)
         rows = {(q.namespace, q.name) for q in await self._store.all_queues()}
+        self._rows = set(rows)
         for key in [k for k in self._queues if k not in rows]:
             await self._runtime.stop(self._queues.pop(key))
         for ns, name in sorted(rows - self._queues.keys()):
@@ -114,6 +123,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
                 ref = await self._lookup(ns, name)
                 scrubbed = await ref.ask(DeleteQueue(force, actor))
                 del self._queues[(ns, name)]
+                self._rows.discard((ns, name))
                 await self._runtime.stop(ref)
                 return scrubbed
 
@@ -128,6 +138,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
         if ref is not None:
             return ref
         if await self._store.get_queue(ns, name) is not None:
+            self._rows.add((ns, name))
             await self._spawn(ns, name)
         elif name == DEFAULT_QUEUE:
             await self._materialise_default(ns)
@@ -149,7 +160,10 @@ class QueueDirectory(Actor[DirectoryMsg]):
         if (ns, body.name) in self._queues:
             raise AlreadyExists("queue", body.name, f" in namespace {ns!r}")
         scaling = elasticity.build(body.elasticity or {})
+        quotas.check_elasticity(self._quotas, scaling)
         await check_provider(self._store, ns, scaling)
+        others = sum(1 for n, q in self._rows if n == ns and q != DEFAULT_QUEUE)
+        quotas.check_queues(self._quotas, ns, others)
         ts = now()
         row = Queue(
             name=body.name,
@@ -184,15 +198,17 @@ class QueueDirectory(Actor[DirectoryMsg]):
             # The stream could not be made: leave no row behind (no half-applied create).
             await self._store.delete_queue(row.namespace, row.name)
             raise
+        self._rows.add((row.namespace, row.name))
         await self._store.append_queue_event(
             row.namespace, row.name, "created", actor, {"after": row_dict(row)}
         )
         log.info("queue %s/%s created", row.namespace, row.name)
+        self._on_created(row.namespace)
         return row
 
     async def _spawn(self, ns: str, name: str) -> None:
         actor = QueueActor(
             ns, name, store=self._store, bus=self._bus, workers=self._workers,
-            key_ttl_s=self._key_ttl_s, faults=self._faults,
+            key_ttl_s=self._key_ttl_s, faults=self._faults, quotas=self._quotas,
         )  # fmt: skip
         self._queues[(ns, name)] = await self._runtime.spawn(actor)

@@ -6,16 +6,21 @@ a launch asks it to ``Prepare`` the rows (status ``starting``), then the backend
 process per row; each daemon registers with the id it was given, which turns its row
 ``idle``. A row that never registers is marked ``lost`` by the registry's sweep after its
 launch timeout, or at once when its process exits (see :func:`exit_reporter`).
+
+A launch on a ``local`` provider must fit the org's ``local_daemons_per_host`` quota (the
+local backend's own processes are counted), and its rows the org's ``daemons_per_org``
+(the registry counts); the controller's launches are cut to what fits instead.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from msgspec import Struct
 
+from lakeshore import quotas
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.workers import Exited, ListWorkers, Prepare, new_worker_id
 from lakeshore.errors import (
@@ -29,6 +34,7 @@ from lakeshore.errors import (
 from lakeshore.model import (
     BUILTIN_PROVIDER,
     DEFAULT_QUEUE,
+    DaemonAccess,
     DaemonLaunch,
     Launched,
     Provider,
@@ -41,6 +47,7 @@ from lakeshore.model import (
     validate_name,
 )
 from lakeshore.providers import Backend, ExitCallback, find_provider
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import LauncherStore
 
 log = logging.getLogger(__name__)
@@ -74,7 +81,13 @@ class RemoveProvider(Struct, frozen=True):
     name: str
 
 
-LauncherMsg = LaunchDaemons | StopDaemon | AddProvider | RemoveProvider
+class CountLocal(Struct, frozen=True):
+    """How many daemons the ``local`` backend runs for ``org`` on this host now."""
+
+    org: str
+
+
+LauncherMsg = LaunchDaemons | StopDaemon | AddProvider | RemoveProvider | CountLocal
 
 
 class Launcher(Actor[LauncherMsg]):
@@ -84,7 +97,8 @@ class Launcher(Actor[LauncherMsg]):
         store: the row store.
         workers: the WorkerRegistry.
         backends: one backend per provider kind; the caller closes them at shutdown.
-        nats_url: the NATS URL launched daemons connect to.
+        access: mints a launched daemon's NATS access: ``access(worker, org)``.
+        quotas: the server's quotas (``local_daemons_per_host`` is checked here).
     """
 
     name = "launcher"
@@ -95,12 +109,16 @@ class Launcher(Actor[LauncherMsg]):
         workers: ActorRef[Any],
         backends: Mapping[ProviderKind, Backend],
         *,
-        nats_url: str,
+        access: Callable[[Worker, str], DaemonAccess],
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._store = store
         self._workers = workers
         self._backends = dict(backends)
-        self._nats_url = nats_url
+        self._access = access
+        self._quotas = quotas
+        #: namespace -> org, read once per namespace (a namespace never changes org)
+        self._orgs: dict[str, str] = {}
 
     async def handle(self, msg: LauncherMsg) -> Any:
         match msg:
@@ -112,6 +130,8 @@ class Launcher(Actor[LauncherMsg]):
                 return await self._add(ns, body)
             case RemoveProvider(namespace=ns, name=name):
                 return await self._remove(ns, name)
+            case CountLocal(org=org):
+                return await self._local_count(org)
 
     async def _launch(self, msg: LaunchDaemons) -> Launched:
         req, ns_name = msg.request, msg.namespace
@@ -123,7 +143,11 @@ class Launcher(Actor[LauncherMsg]):
             raise NamespaceNotFound(ns_name)
         provider = await find_provider(self._store, ns, req.provider)
         backend = self._backends[provider.kind]
-        backend.check_launch(provider, self._nats_url)
+        backend.check_launch(provider)
+        if provider.kind is ProviderKind.LOCAL:
+            have = await self._local_count(ns.org)
+            fits = quotas.local_room(self._quotas, ns.org, have, len(names), partial=msg.managed)
+            names = names[:fits]
         ts = now()
         rows = [
             Worker(
@@ -139,13 +163,26 @@ class Launcher(Actor[LauncherMsg]):
             )
             for name in names
         ]
-        rows = await self._workers.ask(Prepare(ns_name, rows))
-        await backend.launch(rows, self._nats_url)
+        rows = await self._workers.ask(Prepare(ns_name, rows, partial=msg.managed))
+        names = [w.name for w in rows]
+        org = ns.org
+        await backend.launch(rows, lambda w: self._access(w, org))
         log.info("launched %d daemon(s) %s on %s in %s", len(rows), names, provider.name, ns_name)
         detail = {"provider": provider.name, "names": names, "ids": [w.id for w in rows]}
         for q in queues or [DEFAULT_QUEUE]:
             await self._store.append_queue_event(ns_name, q, "daemons_launched", msg.actor, detail)
         return Launched(workers=rows)
+
+    async def _local_count(self, org: str) -> int:
+        count = 0
+        for w in self._backends[ProviderKind.LOCAL].daemons():
+            if w.namespace not in self._orgs:
+                row = await self._store.get_namespace(w.namespace)
+                if row is None:
+                    continue
+                self._orgs[w.namespace] = row.org
+            count += self._orgs[w.namespace] == org
+        return count
 
     async def _stop(self, ns: str, ref: str) -> Worker:
         rows: list[Worker] = await self._workers.ask(ListWorkers(ns))

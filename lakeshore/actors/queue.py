@@ -12,7 +12,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, Struct
 
-from lakeshore import elasticity
+from lakeshore import elasticity, quotas
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S
 from lakeshore.actors.intake import NO_FAULTS, Intake
@@ -44,6 +44,7 @@ from lakeshore.model import (
     levels_of,
     now,
 )
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import ProviderRows, QueueStore
 
 log = logging.getLogger(__name__)
@@ -143,8 +144,10 @@ class QueueActor(Actor[QueueMsg]):
         workers: ActorRef[Any],
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self.name = f"queue:{namespace}/{name}"
+        self._quotas = quotas
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
@@ -225,6 +228,9 @@ class QueueActor(Actor[QueueMsg]):
             changes["on_full"] = patch.on_full
         if patch.elasticity is not UNSET:
             changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
+            # A max set before the ceiling was lowered may stay; it may not be raised.
+            if changes["elasticity"].max > old.elasticity.max:
+                quotas.check_elasticity(self._quotas, changes["elasticity"])
             await check_provider(self._store, self._ns, changes["elasticity"])
         new = msgspec.structs.replace(old, **changes)
         if new == old:

@@ -7,6 +7,10 @@ while the membership lookup also accepts a literal ``default`` entry.
 Rows live in memory (every ask is answered without the store) and are written through.
 A heartbeat's ``last_heartbeat`` alone is persisted at most every ``persist_every_s``; a
 status or ``current`` change is persisted at once.
+
+It enforces ``daemons_per_org`` (:mod:`lakeshore.quotas`) where a worker comes to count:
+a registration of a worker that was not starting or running, and a launch's rows. The org
+of each namespace is read from the store once, then kept (a namespace never changes org).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from lakeshore import quotas
 from lakeshore.actors.base import Actor
 from lakeshore.errors import AlreadyExists, Invalid, WorkerNotFound
 from lakeshore.model import (
@@ -34,6 +39,7 @@ from lakeshore.model import (
     serves,
     validate_name,
 )
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import RegistryStore
 
 log = logging.getLogger(__name__)
@@ -88,11 +94,14 @@ class Prepare(Struct, frozen=True):
     """Create the rows of daemons about to be launched (status ``starting``).
 
     All or nothing: a name held by a live worker (anything but ``stopped`` or ``lost``)
-    refuses the whole batch with 409; a dead worker's row of that name is replaced.
+    refuses the whole batch with 409; a dead worker's row of that name is replaced. Over
+    ``daemons_per_org`` the batch is refused with 429, unless ``partial``: then the first
+    rows that fit are made (the answer has only those), and 429 only when none does.
     """
 
     namespace: str
     workers: list[Worker]
+    partial: bool = False
 
 
 class SetLeases(Struct, frozen=True):
@@ -164,8 +173,12 @@ class WorkerRegistry(Actor[WorkerMsg]):
         launch_timeout_s: float = 120.0,
         persist_every_s: float = 5.0,
         clock: Callable[[], datetime] = now,
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._store = store
+        self._quotas = quotas
+        #: namespace -> org, read once per namespace (``daemons_per_org`` counts per org)
+        self._orgs: dict[str, str] = {}
         #: the server's wall clock (injectable for tests): liveness is judged by it alone
         self._clock = clock
         self._lost_after = timedelta(seconds=lost_after_s)
@@ -229,6 +242,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
         for q in reg.queues:
             validate_name("queue", q)
         existing = self._rows.get(reg.id) if reg.id else self.find(reg.namespace, reg.name)
+        if existing is None or existing.status not in quotas.COUNTED:
+            await self._room(reg.namespace, 1)
         ts = self._clock()
         worker = Worker(
             id=reg.id or (existing.id if existing else new_worker_id()),
@@ -329,14 +344,40 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 )
             if held is not None:
                 replaced.append(held)
-        for old in replaced:
+        fits = await self._room(msg.namespace, len(msg.workers), partial=msg.partial)
+        made = msg.workers[:fits]
+        names = {w.name for w in made}
+        for old in [held for held in replaced if held.name in names]:
             await self._store.delete_worker(old.id)
             self._rows.pop(old.id, None)
             self._persisted_at.pop(old.id, None)
             self._retiring.discard(old.id)
-        for w in msg.workers:
+        for w in made:
             await self._save(w)
-        return msg.workers
+        return made
+
+    async def _room(self, ns: str, wanted: int, *, partial: bool = False) -> int:
+        """How many of ``wanted`` new daemons ``ns``'s org may have (see
+        :func:`lakeshore.quotas.daemon_room`); all of them in a namespace without a row.
+
+        Raises:
+            QuotaExceeded: ``daemons_per_org``.
+        """
+        org = await self._org_of(ns)
+        if org is None:
+            return wanted
+        counted = {w.namespace for w in self._rows.values() if w.status in quotas.COUNTED}
+        for other in counted - self._orgs.keys():
+            await self._org_of(other)
+        mine = {n for n, o in self._orgs.items() if o == org}
+        have = quotas.daemons_in(self._rows.values(), mine)
+        return quotas.daemon_room(self._quotas, org, have, wanted, partial=partial)
+
+    async def _org_of(self, ns: str) -> str | None:
+        org = self._orgs.get(ns)
+        if org is None and (row := await self._store.get_namespace(ns)) is not None:
+            org = self._orgs[ns] = row.org
+        return org
 
     async def _exited(self, msg: Exited) -> Worker | None:
         w = self._rows.get(msg.worker_id)

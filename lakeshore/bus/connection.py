@@ -1,8 +1,16 @@
-"""Connecting to NATS: reconnect for ever, log transitions, refuse servers older than 2.12."""
+"""Connecting to NATS: reconnect for ever, log transitions, refuse servers older than 2.12.
+
+Every connection authenticates (the bus is closed, see docs/security.md): the control plane
+as its configured user, others through the auth callout with a user name and a password
+that may be a callable (read again at each reconnect, so a renewed credential is used).
+"""
 
 from __future__ import annotations
 
 import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import nats
 import nats.errors
@@ -14,7 +22,19 @@ from lakeshore.errors import Unavailable
 log = logging.getLogger(__name__)
 
 
-async def connect_nats(url: str, *, name: str) -> NatsClient:
+@dataclass(frozen=True, slots=True)
+class NatsLogin:
+    """How a connection authenticates: user, password (or a callable returning the current
+    one), the TLS context that verifies the server (``None``: plain text) and the inbox
+    prefix its permissions allow."""
+
+    user: str
+    password: str | Callable[[], str]
+    tls: ssl.SSLContext | None = None
+    inbox_prefix: str = "_INBOX"
+
+
+async def connect_nats(url: str, *, name: str, login: NatsLogin) -> NatsClient:
     """Connect to ``url``; the client then reconnects on its own after any loss.
 
     ``url`` may list several servers of a cluster, comma-separated.
@@ -47,6 +67,10 @@ async def connect_nats(url: str, *, name: str) -> NatsClient:
             error_cb=on_error,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
+            user=login.user,
+            password=login.password,
+            tls=login.tls,
+            inbox_prefix=login.inbox_prefix,
         )
     except (OSError, nats.errors.Error) as e:
         raise Unavailable(f"cannot connect to NATS at {url}: {e}") from e

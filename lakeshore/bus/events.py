@@ -33,7 +33,7 @@ from nats.js.kv import KeyValue
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.port import Delivery
 from lakeshore.errors import Unavailable
-from lakeshore.model import EventBatch, Result
+from lakeshore.model import EventBatch, EventType, InvocationEvent, Result
 
 log = logging.getLogger(__name__)
 
@@ -244,13 +244,37 @@ class EventFeed:
             log.warning("events feed: dropping message %d on %s: %s", seq, msg.subject, e)
             await msg.term()
             return None
-        ns, queue = where
-        events = [e for e in batch.events if e.namespace == ns and e.queue == queue]
+        ns, queue, publisher = where
+        events = [e for e in batch.events if _may_publish(publisher, ns, queue, e)]
         if len(events) != len(batch.events):
             dropped = len(batch.events) - len(events)
             log.warning(
-                "events feed: message %d on %s: dropped %d event(s) of another queue",
+                "events feed: message %d on %s: dropped %d event(s) its publisher may not "
+                "publish (another queue's, or another daemon's)",
                 meta.sequence.stream, msg.subject, dropped,
             )  # fmt: skip
             batch = EventBatch(events=events)
         return Delivery(batch, meta.sequence.stream, meta.num_delivered, msg, meta.timestamp)
+
+
+#: What a daemon reports (everything else is the control plane's to say).
+DAEMON_EVENTS = frozenset(
+    {
+        EventType.CLAIMED,
+        EventType.STARTED,
+        EventType.SUCCEEDED,
+        EventType.FAILED,
+        EventType.RETRYING,
+        EventType.CANCELLED,
+    }
+)
+
+
+def _may_publish(publisher: str, namespace: str, queue: str, ev: InvocationEvent) -> bool:
+    """Whether ``publisher`` (its subject's last token) may have published ``ev``: events
+    of its subject's queue only, and a daemon only its own reports."""
+    if (ev.namespace, ev.queue) != (namespace, queue):
+        return False
+    if publisher == subjects.PLANE_PUBLISHER:
+        return True
+    return ev.worker == publisher and ev.type in DAEMON_EVENTS

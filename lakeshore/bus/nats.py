@@ -29,7 +29,7 @@ from nats.js.api import (
 )
 
 from lakeshore.bus import codec, subjects
-from lakeshore.bus.connection import connect_nats
+from lakeshore.bus.connection import NatsLogin, connect_nats
 from lakeshore.bus.port import Published, QueueCounts
 from lakeshore.errors import InsufficientStorage, Unavailable
 from lakeshore.model import DaemonControl, EventBatch
@@ -64,10 +64,16 @@ class NatsBus:
 
     @classmethod
     async def connect(
-        cls, url: str, *, replicas: int = 1, ack_wait_s: float = ACK_WAIT_S, name: str = "lakeshore"
+        cls,
+        url: str,
+        login: NatsLogin,
+        *,
+        replicas: int = 1,
+        ack_wait_s: float = ACK_WAIT_S,
+        name: str = "lakeshore",
     ) -> NatsBus:
         """Connect (see :func:`lakeshore.bus.connection.connect_nats`)."""
-        nc = await connect_nats(url, name=name)
+        nc = await connect_nats(url, name=name, login=login)
         return cls(nc, nc.jetstream(timeout=5), replicas, ack_wait_s)
 
     @property
@@ -270,11 +276,12 @@ class NatsBus:
             )
 
     async def respond(
-        self, subject: str, handler: Callable[[str, bytes], Awaitable[bytes]]
+        self, subject: str, handler: Callable[[str, bytes], Awaitable[bytes]], *, group: str = ""
     ) -> Subscription:
         """Answer requests on ``subject`` (wildcards allowed) with ``handler(subject, data)``.
 
         Requests are handled concurrently; a handler must not raise (it answers errors).
+        With ``group``, one member of the queue group answers each request.
         """
 
         async def on_msg(msg: Msg) -> None:
@@ -282,7 +289,7 @@ class NatsBus:
             if msg.reply:
                 await msg.respond(reply)
 
-        sub = await self._nc.subscribe(subject, cb=on_msg, pending_msgs_limit=65536)
+        sub = await self._nc.subscribe(subject, group, cb=on_msg, pending_msgs_limit=65536)
         # Once this returns the server routes requests here: a daemon registering the moment
         # the control plane is up must not get "no responders".
         await self._nc.flush()

@@ -36,9 +36,9 @@ def nudge_subject(namespace: str, queue: str) -> str:
     return f"ls.{namespace}.nudge.{queue}"
 
 
-def register_subject(namespace: str) -> str:
+def register_subject(namespace: str, worker_id: str) -> str:
     """Request/reply: a daemon announces itself (``WorkerRegister`` → ``Worker``)."""
-    return f"ls.{namespace}.register"
+    return f"ls.{namespace}.register.{worker_id}"
 
 
 def heartbeat_wildcard() -> str:
@@ -46,19 +46,31 @@ def heartbeat_wildcard() -> str:
 
 
 def register_wildcard() -> str:
-    return "ls.*.register"
+    return "ls.*.register.*"
 
 
 def submit_wildcard() -> str:
     return "ls.*.submit.*"
 
 
+def submit_subject(namespace: str, queue: str) -> str:
+    """Request/reply: the SDK's fast-path submit (``FastSubmit`` → ``Submitted``)."""
+    return f"ls.{namespace}.submit.{queue}"
+
+
 def heartbeat_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.hb.{worker_id}"
 
 
-def event_subject(namespace: str, queue: str) -> str:
-    return f"ls.{namespace}.evt.{queue}"
+#: The publisher token of the events the control plane itself publishes (not a valid
+#: worker id, so no daemon can publish as the control plane).
+PLANE_PUBLISHER = "_plane"
+
+
+def event_subject(namespace: str, queue: str, publisher: str = PLANE_PUBLISHER) -> str:
+    """Where ``publisher`` (a worker id, or :data:`PLANE_PUBLISHER`) publishes events of
+    ``queue``: a daemon's permissions allow only its own id here."""
+    return f"ls.{namespace}.evt.{queue}.{publisher}"
 
 
 def daemon_control_subject(namespace: str, worker_id: str) -> str:
@@ -76,12 +88,23 @@ def result_key(namespace: str, invocation_id: str, epoch: int) -> str:
     return f"{namespace}.{invocation_id}.{epoch}"
 
 
-def event_subject_parts(subject: str) -> tuple[str, str] | None:
-    """``(namespace, queue)`` of an :func:`event_subject`; ``None`` for any other subject."""
+def event_subject_parts(subject: str) -> tuple[str, str, str] | None:
+    """``(namespace, queue, publisher)`` of an :func:`event_subject`; ``None`` for any other
+    subject."""
     parts = subject.split(".")
-    if len(parts) != 4 or parts[0] != "ls" or parts[2] != "evt":
+    if len(parts) != 5 or parts[0] != "ls" or parts[2] != "evt":
         return None
-    return parts[1], parts[3]
+    return parts[1], parts[3], parts[4]
+
+
+def result_put_subject(namespace: str) -> str:
+    """Where a daemon stores the results of ``namespace`` (the bucket's subjects)."""
+    return f"$KV.{RESULTS_BUCKET}.{namespace}.>"
+
+
+def result_subject(namespace: str, invocation_id: str, epoch: int) -> str:
+    """The subject a result is put on (what ``kv.put`` publishes to)."""
+    return f"$KV.{RESULTS_BUCKET}.{result_key(namespace, invocation_id, epoch)}"
 
 
 def pull_subject(namespace: str, queue: str, level: int) -> str:

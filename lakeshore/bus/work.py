@@ -26,10 +26,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js import errors as jse
-from nats.js.kv import KeyValue
 
 from lakeshore.bus import codec, subjects
-from lakeshore.bus.connection import connect_nats
+from lakeshore.bus.connection import NatsLogin, connect_nats
 from lakeshore.errors import (
     ERRORS_BY_CODE,
     LakeshoreError,
@@ -39,6 +38,7 @@ from lakeshore.errors import (
 )
 from lakeshore.model import (
     PRIORITY_LEVELS,
+    DaemonAccess,
     DaemonControl,
     ErrorDetail,
     EventBatch,
@@ -48,6 +48,8 @@ from lakeshore.model import (
     Worker,
     WorkerRegister,
 )
+from lakeshore.security import grants
+from lakeshore.security.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -91,28 +93,46 @@ class Subscriptions:
 class WorkBus:
     """The daemon's NATS connection. Build it with :meth:`connect`; one claim at a time."""
 
-    def __init__(self, nc: NatsClient, js: JetStreamContext, *, request_timeout_s: float) -> None:
+    def __init__(
+        self, nc: NatsClient, js: JetStreamContext, *, worker_id: str, request_timeout_s: float
+    ) -> None:
         self._nc = nc
         self._js = js
+        self._worker_id = worker_id
         self._timeout_s = request_timeout_s
-        self._kv: KeyValue | None = None
         self._claim_lock = asyncio.Lock()
         self._inbox: tuple[str, Subscription] | None = None
 
     @classmethod
-    async def connect(cls, url: str, name: str, *, request_timeout_s: float = 5.0) -> WorkBus:
-        """Connect to NATS (see :func:`lakeshore.bus.connection.connect_nats`).
+    async def connect(
+        cls,
+        access: DaemonAccess,
+        name: str,
+        *,
+        password: Callable[[], str],
+        request_timeout_s: float = 5.0,
+    ) -> WorkBus:
+        """Connect to NATS (see :func:`lakeshore.bus.connection.connect_nats`) as the daemon
+        ``access`` names.
 
         Args:
-            url: the NATS server(s), e.g. ``nats://127.0.0.1:4222``.
+            access: the NATS URL(s), the daemon's id and namespace, the CA.
             name: the connection name shown by the server (the daemon's name).
+            password: the daemon's current credential (read again at each reconnect).
             request_timeout_s: bound of every request and JetStream API call (seconds).
 
         Raises:
             Unavailable: NATS cannot be reached.
         """
-        nc = await connect_nats(url, name=name)
-        return cls(nc, nc.jetstream(timeout=request_timeout_s), request_timeout_s=request_timeout_s)
+        login = NatsLogin(
+            user=grants.DAEMON_USER,
+            password=password,
+            tls=None if access.ca_pem is None else client_ssl_context(access.ca_pem),
+            inbox_prefix=grants.daemon_inbox(access.namespace, access.worker_id),
+        )
+        nc = await connect_nats(access.nats_url, name=name, login=login)
+        js = nc.jetstream(timeout=request_timeout_s)
+        return cls(nc, js, worker_id=access.worker_id, request_timeout_s=request_timeout_s)
 
     async def close(self) -> None:
         """Flush what is buffered (acks, naks) and close the connection."""
@@ -239,7 +259,7 @@ class WorkBus:
         """
         try:
             await self._js.publish(
-                subjects.event_subject(namespace, queue),
+                subjects.event_subject(namespace, queue, self._worker_id),
                 codec.encode(batch),
                 timeout=self._timeout_s,
                 headers={"Nats-Msg-Id": msg_id},
@@ -260,9 +280,12 @@ class WorkBus:
         key = subjects.result_key(namespace, invocation_id, epoch)
         data = codec.encode(result)
         try:
-            if self._kv is None:
-                self._kv = await self._js.key_value(subjects.RESULTS_BUCKET)
-            await self._kv.put(key, data)
+            # What ``kv.put`` does, without the stream lookup a daemon may not make.
+            await self._js.publish(
+                subjects.result_subject(namespace, invocation_id, epoch),
+                data,
+                timeout=self._timeout_s,
+            )
         except nats.errors.MaxPayloadError as e:
             raise TooLarge(
                 f"the result {key} is {len(data):,} bytes, over the NATS server's "
@@ -280,7 +303,9 @@ class WorkBus:
             LakeshoreError: the registry's refusal, as its class (e.g. ``InvalidName``).
             Unavailable: no registry answered.
         """
-        return await self._request(subjects.register_subject(reg.namespace), reg, Worker)
+        if reg.id != self._worker_id:
+            raise ValueError(f"this connection is daemon {self._worker_id}, not {reg.id}")
+        return await self._request(subjects.register_subject(reg.namespace, reg.id), reg, Worker)
 
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
         """Report status; the answer carries the current membership and orders.

@@ -1,7 +1,9 @@
 """``lakeshore daemon run``: run a worker daemon in this process until SIGTERM.
 
-Unlike the other commands it talks to NATS, not the HTTP API: a daemon needs only the
-NATS URL (and its namespace) to register, pull and report.
+A daemon asks the API once how to join (``POST …/daemons/join`` with its token: the NATS
+URL, its worker id, a short-lived credential and the CA), then talks only to NATS. A daemon
+the control plane starts itself (the ``local`` provider) is handed its credential in
+``LAKESHORE_NATS_CREDENTIAL`` instead and never calls the API.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import re
 import socket
 import sys
 
+from datetime import UTC, datetime
+
 import click
+import msgspec
 
 from lakeshore.cli.options import key_value_pairs
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import validate_name
+from lakeshore.model import DaemonAccess, validate_name
 
 
 def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
@@ -53,10 +58,21 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     help="Invocations run at the same time.",
 )
 @click.option(
+    "--api",
+    default=None,
+    metavar="URL",
+    help="The control plane's API, asked how to join [default: LAKESHORE_API or the config's].",
+)
+@click.option(
+    "--token",
+    default=None,
+    help="A token of the namespace's org [default: LAKESHORE_TOKEN or the config's].",
+)
+@click.option(
     "--nats-url",
     envvar="LAKESHORE_NATS_URL",
     default=None,
-    help="NATS of the control plane [env: LAKESHORE_NATS_URL].",
+    help="NATS URL(s) to use instead of the ones the API names [env: LAKESHORE_NATS_URL].",
 )
 @click.option("--namespace", "-n", default=None, help="Namespace [default: the client config's].")
 @click.option(
@@ -87,6 +103,8 @@ def run(
     name: str | None,
     worker_id: str | None,
     concurrency: int,
+    api: str | None,
+    token: str | None,
     nats_url: str | None,
     namespace: str | None,
     heartbeat_s: float,
@@ -104,17 +122,11 @@ def run(
     from lakeshore.daemon import DaemonSettings, logs, run_daemon
 
     logs.configure(log_level)
-    if not nats_url:
-        raise click.UsageError(
-            "no NATS URL: pass --nats-url or set LAKESHORE_NATS_URL (`lakeshore server` "
-            "prints the URL of its NATS)"
-        )
     try:
+        access = _access(api, token, nats_url, namespace, worker_id)
         settings = DaemonSettings(
-            nats_url=nats_url,
+            access=access,
             name=validate_name("worker", name or _default_name()),
-            namespace=_namespace(namespace),
-            id=worker_id,
             queues=queues,
             labels=labels,
             concurrency=concurrency,
@@ -137,8 +149,46 @@ def _default_name() -> str:
     return f"{host[:40] or 'daemon'}-{os.getpid()}"
 
 
-def _namespace(given: str | None) -> str:
-    """The flag, else the client settings' namespace (LAKESHORE_NAMESPACE, config file)."""
+def _access(
+    api: str | None,
+    token: str | None,
+    nats_url: str | None,
+    namespace: str | None,
+    worker_id: str | None,
+) -> DaemonAccess:
+    """How this daemon joins: handed by the control plane that started it (its credential
+    in the environment), or asked of the API with a token."""
     from lakeshore.config import load_client_settings
+    from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
+    from lakeshore.security.credentials import expires_at
 
-    return validate_name("namespace", given or load_client_settings({}).namespace)
+    ctx = click.get_current_context()
+    given = {"api": api, "token": token, "namespace": namespace}
+    conf = load_client_settings({**ctx.meta.get("lakeshore.flags", {}), **given})
+    ns = validate_name("namespace", conf.namespace)
+    if credential := os.environ.get(CREDENTIAL_ENV):
+        if not (nats_url and worker_id):
+            raise click.UsageError(f"{CREDENTIAL_ENV} needs --nats-url and --id")
+        return DaemonAccess(
+            worker_id=validate_name("worker id", worker_id),
+            namespace=ns,
+            nats_url=nats_url,
+            credential=credential,
+            expires_at=datetime.fromtimestamp(expires_at(credential), UTC),
+            ca_pem=os.environ.get(CA_ENV) or None,
+        )
+    if conf.token is None:
+        raise click.UsageError(
+            "a daemon joins with a token: pass --api URL --token T (or set LAKESHORE_API and "
+            "LAKESHORE_TOKEN); `lakeshore tokens create` makes one, `lakeshore server` "
+            "prints the admin token"
+        )
+    access = asyncio.run(_join(conf.api, conf.token, ns, worker_id))
+    return access if nats_url is None else msgspec.structs.replace(access, nats_url=nats_url)
+
+
+async def _join(api: str, token: str, namespace: str, worker_id: str | None) -> DaemonAccess:
+    from lakeshore.sdk import Client
+
+    async with Client(api, token, namespace) as client:
+        return await client.daemons_join(worker_id)

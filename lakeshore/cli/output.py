@@ -18,6 +18,7 @@ import yaml
 from lakeshore.model import (
     Elasticity,
     Namespace,
+    NamespaceQuotas,
     Queue,
     QueueDetail,
     QueueEvent,
@@ -211,7 +212,14 @@ def namespaces(rows: list[Namespace]) -> str:
 
 
 def namespace(n: Namespace) -> str:
-    return block(msgspec.structs.asdict(n).items())
+    """The namespace's fields, then its quotas (``GET``: limit and usage) as a table."""
+    fields = msgspec.structs.asdict(n)
+    quotas: NamespaceQuotas | None = fields.pop("quotas", None)
+    text = block(fields.items())
+    if quotas is None:
+        return text
+    rows = ((name, use.limit, use.used) for name, use in msgspec.structs.asdict(quotas).items())
+    return text + "\n\n" + table(("QUOTA", "LIMIT", "USED"), rows)
 
 
 def tokens(rows: list[Token]) -> str:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Dispatcher, Membership, Retire
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import Heartbeat, HeartbeatReply, Worker, WorkerRegister, WorkerStatus, now
@@ -33,6 +34,7 @@ class Heartbeater:
         registration: what the daemon registered with, to register again.
         dispatcher: reports status and takes the orders of each reply.
         every_s: heartbeat period (seconds).
+        credential: renewed through the heartbeats.
     """
 
     def __init__(
@@ -42,8 +44,10 @@ class Heartbeater:
         registration: WorkerRegister,
         dispatcher: Dispatcher,
         every_s: float,
+        credential: Credential,
     ) -> None:
         self._bus = bus
+        self._credential = credential
         self.worker = worker
         self._registration = registration
         self._dispatcher = dispatcher
@@ -115,10 +119,13 @@ class Heartbeater:
             status=status,
             current=current,
             ts=now(),
+            renew=self._credential.due(),
         )
         return await self._bus.heartbeat(hb)
 
     async def _apply(self, reply: HeartbeatReply) -> None:
+        if reply.credential is not None:
+            self._credential.renewed(reply.credential)
         if reply.unknown:
             await self._register_again()
             return

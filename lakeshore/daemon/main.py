@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.claimer import Claimer
 from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, StopNow
 from lakeshore.daemon.events import EventPublisher
@@ -83,7 +84,8 @@ async def _run(
     signals: _Signals | None,
     on_ready: Callable[[Running], None] | None,
 ) -> int:
-    bus = await _connect(settings, stop)
+    credential = Credential(settings.access)
+    bus = await _connect(settings, credential, stop)
     if bus is None:
         return 0
     try:
@@ -100,7 +102,7 @@ async def _run(
         if worker is None:
             return 0
         log.info("registered as %s (%s) in %s", worker.name, worker.id, worker.namespace)
-        await _serve(bus, settings, reg, worker, stop, environ, signals, on_ready)
+        await _serve(bus, settings, reg, worker, credential, stop, environ, signals, on_ready)
     finally:
         await bus.close()
     log.info("daemon %s stopped", settings.name)
@@ -112,6 +114,7 @@ async def _serve(
     settings: DaemonSettings,
     reg: WorkerRegister,
     worker: Worker,
+    credential: Credential,
     stop: asyncio.Event,
     environ: Mapping[str, str],
     signals: _Signals | None,
@@ -128,7 +131,7 @@ async def _serve(
         idle_poll_s=settings.idle_poll_s,
         drain_timeout_s=settings.drain_timeout_s,
     )
-    heart = Heartbeater(bus, worker, reg, dispatcher, settings.heartbeat_s)
+    heart = Heartbeater(bus, worker, reg, dispatcher, settings.heartbeat_s, credential)
     dispatcher.tell(Membership(list(worker.queues)))
     control = await bus.subscribe_control(
         settings.namespace, worker.id, lambda order: _on_control(order, dispatcher)
@@ -152,7 +155,9 @@ async def _serve(
     await heart.final(settings.request_timeout_s)
 
 
-async def _connect(settings: DaemonSettings, stop: asyncio.Event) -> WorkBus | None:
+async def _connect(
+    settings: DaemonSettings, credential: Credential, stop: asyncio.Event
+) -> WorkBus | None:
     """Connect, however long NATS takes to come up; ``None`` if stopped first.
 
     The connection retries an unreachable server for ever (a daemon may well start before
@@ -160,7 +165,10 @@ async def _connect(settings: DaemonSettings, stop: asyncio.Event) -> WorkBus | N
     """
     connecting = asyncio.create_task(
         WorkBus.connect(
-            settings.nats_url, settings.name, request_timeout_s=settings.request_timeout_s
+            settings.access,
+            settings.name,
+            password=credential.current,
+            request_timeout_s=settings.request_timeout_s,
         ),
         name="connect",
     )
@@ -173,7 +181,7 @@ async def _connect(settings: DaemonSettings, stop: asyncio.Event) -> WorkBus | N
                 task.cancel()
         await asyncio.gather(connecting, stopping, return_exceptions=True)
     if connecting.cancelled():
-        log.info("stopped before NATS at %s answered", settings.nats_url)
+        log.info("stopped before NATS at %s answered", settings.access.nats_url)
         return None
     return connecting.result()
 

@@ -10,20 +10,19 @@ from typing import Annotated
 
 from msgspec import Meta, Struct
 
+from lakeshore.model import DaemonAccess
+
 Seconds = Annotated[float, Meta(gt=0)]
 
 
 class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How one worker daemon runs."""
 
-    nats_url: str
-    """The NATS server(s) the control plane uses."""
+    access: DaemonAccess
+    """Its way onto NATS: URL(s), worker id and namespace, credential, CA (from ``POST
+    …/daemons/join``, or from the control plane that started it)."""
     name: str
     """The worker's name, unique in its namespace (default ``<hostname>-<pid>``)."""
-    namespace: str = "default"
-    """The namespace the daemon registers in."""
-    id: str | None = None
-    """The worker id a launcher gave this daemon; ``None``: the registry assigns one."""
     queues: list[str] = []
     """Queues to pull from at registration; ``[]`` is the default queue."""
     labels: dict[str, str] = {}
@@ -42,3 +41,13 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """On SIGTERM or retire, how long current runs may take before being interrupted."""
     request_timeout_s: Seconds = 5.0
     """Bound of every NATS request: claims, registry requests, acks (seconds)."""
+
+    @property
+    def namespace(self) -> str:
+        """The namespace the daemon registers in (its credential's)."""
+        return self.access.namespace
+
+    @property
+    def id(self) -> str:
+        """The worker id (its credential's)."""
+        return self.access.worker_id

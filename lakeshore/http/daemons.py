@@ -1,4 +1,4 @@
-"""The daemon launch route: thin — authorise, ask the FleetService, answer 202."""
+"""The daemon routes: launch (202) and join (a daemon gets its NATS access); thin."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from aiohttp import web
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import FLEET
-from lakeshore.model import DaemonLaunch, Launched
+from lakeshore.model import DaemonAccess, DaemonJoin, DaemonLaunch, Launched
 
 routes = Routes()
 
@@ -25,3 +25,16 @@ async def launch(request: web.Request) -> web.Response:
     body = await decode_body(request, DaemonLaunch)
     launched = await request.app[FLEET].launch(ns.name, body, caller(request).token_id)
     return reply(launched, status=202)
+
+
+@routes.route(
+    "POST",
+    "/v1/namespaces/{ns}/daemons/join",
+    "A daemon's way onto NATS: its URL, the daemon's id, a short-lived credential and the CA",
+    body=DaemonJoin,
+    answer=DaemonAccess,
+)
+async def join(request: web.Request) -> web.Response:
+    ns = await namespace(request)
+    body = await decode_body(request, DaemonJoin)
+    return reply(await request.app[FLEET].join(caller(request), ns, body))

@@ -49,6 +49,7 @@ _ERROR_STATUSES = {
     "403": "other org",
     "404": "not found",
     "409": "state conflict",
+    "429": "a full queue, or over a quota (the error names it and its value)",
     "503": "NATS unavailable",
 }
 

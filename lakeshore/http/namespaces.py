@@ -9,8 +9,15 @@ from lakeshore import access
 from lakeshore.errors import TokenNotFound
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
-from lakeshore.http.state import ACCESS
-from lakeshore.model import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
+from lakeshore.http.state import ACCESS, FLEET
+from lakeshore.model import (
+    Namespace,
+    NamespaceCreate,
+    NamespaceDetail,
+    Token,
+    TokenCreate,
+    TokenCreated,
+)
 
 routes = Routes()
 
@@ -44,9 +51,14 @@ async def list_namespaces(request: web.Request) -> web.Response:
     return reply(NamespaceList(rows))
 
 
-@routes.route("GET", "/v1/namespaces/{ns}", "One namespace", answer=Namespace)
+@routes.route(
+    "GET",
+    "/v1/namespaces/{ns}",
+    "One namespace, with the server's quotas and what it and its org use of each",
+    answer=NamespaceDetail,
+)
 async def show(request: web.Request) -> web.Response:
-    return reply(await namespace(request))
+    return reply(await request.app[FLEET].namespace(await namespace(request)))
 
 
 @routes.route(

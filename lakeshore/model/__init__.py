@@ -4,9 +4,25 @@ Wire types evolve by adding defaulted fields at the end. Request bodies (``*Crea
 ``*Patch``, ``*Edit``) forbid unknown fields so that a typo is a 400, not a silent no-op.
 """
 
-from lakeshore.model.access import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
+from lakeshore.model.access import (
+    Namespace,
+    NamespaceCreate,
+    NamespaceDetail,
+    NamespaceQuotas,
+    QuotaUse,
+    Token,
+    TokenCreate,
+    TokenCreated,
+)
 from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
-from lakeshore.model.daemon import DaemonControl, Heartbeat, HeartbeatReply, StealGrant
+from lakeshore.model.daemon import (
+    DaemonAccess,
+    DaemonControl,
+    DaemonJoin,
+    Heartbeat,
+    HeartbeatReply,
+    StealGrant,
+)
 from lakeshore.model.invocations import (
     MAX_BATCH,
     TERMINAL_STATES,
@@ -77,7 +93,9 @@ __all__ = [
     "MAX_BATCH",
     "TERMINAL_STATES",
     "Attempt",
+    "DaemonAccess",
     "DaemonControl",
+    "DaemonJoin",
     "EventBatch",
     "EventType",
     "FastSubmit",
@@ -110,6 +128,8 @@ __all__ = [
     "MembershipEdit",
     "Namespace",
     "NamespaceCreate",
+    "NamespaceDetail",
+    "NamespaceQuotas",
     "OnFull",
     "Queue",
     "QueueCreate",
@@ -119,6 +139,7 @@ __all__ = [
     "QueuePatch",
     "QueueState",
     "QueueStats",
+    "QuotaUse",
     "BUILTIN_PROVIDER",
     "MAX_LAUNCH",
     "DaemonLaunch",

@@ -15,6 +15,35 @@ class Namespace(Struct, frozen=True, kw_only=True):
     created_at: datetime
 
 
+class QuotaUse(Struct, frozen=True, kw_only=True):
+    """One quota: its value, and how much of it is used now."""
+
+    limit: int
+    #: null: not counted (``elasticity_max``, or NATS did not answer)
+    used: int | None = None
+
+
+class NamespaceQuotas(Struct, frozen=True, kw_only=True):
+    """The server's quotas (``[quotas]`` in server.toml) as they apply to a namespace."""
+
+    #: queues of this namespace besides ``default``
+    queues_per_namespace: QuotaUse
+    #: daemons of the org starting or running (lost and stopped ones do not count)
+    daemons_per_org: QuotaUse
+    #: daemons the org's ``local`` providers run on the control plane's host
+    local_daemons_per_host: QuotaUse
+    #: invocations pending in the org's queues
+    pending_per_org: QuotaUse
+    #: the highest ``elasticity.max`` a queue may have
+    elasticity_max: QuotaUse
+
+
+class NamespaceDetail(Namespace, frozen=True, kw_only=True):
+    """One namespace, with the quotas that apply to it and its org."""
+
+    quotas: NamespaceQuotas | None = None
+
+
 class Token(Struct, frozen=True, kw_only=True):
     """A token as listed: its hash is never shown."""
 

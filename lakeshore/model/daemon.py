@@ -18,6 +18,8 @@ class Heartbeat(Struct, frozen=True, kw_only=True):
     #: ids of the invocations running now
     current: list[str] = []
     ts: datetime
+    #: the daemon's NATS credential, sent when it is past half its life to get a new one
+    renew: str | None = None
 
 
 class StealGrant(Struct, frozen=True, kw_only=True):
@@ -35,6 +37,8 @@ class HeartbeatReply(Struct, frozen=True, kw_only=True):
     steal: list[StealGrant] = []
     #: the registry did not know this worker (e.g. deleted): the daemon re-registers
     unknown: bool = False
+    #: a renewed NATS credential (answer to ``Heartbeat.renew``)
+    credential: str | None = None
 
 
 class DaemonControl(Struct, frozen=True, kw_only=True):
@@ -44,3 +48,24 @@ class DaemonControl(Struct, frozen=True, kw_only=True):
     cancel: str | None = None
     #: finish the current invocations, then exit
     retire: bool = False
+
+
+class DaemonJoin(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/namespaces/:ns/daemons/join``: a daemon asks how to reach NATS."""
+
+    #: the worker id a launcher gave it; ``None``: a new one
+    id: str | None = None
+
+
+class DaemonAccess(Struct, frozen=True, kw_only=True):
+    """All a daemon needs to join: where NATS is, its identity and its credential."""
+
+    worker_id: str
+    namespace: str
+    #: NATS server URL(s), comma-separated
+    nats_url: str
+    #: the NATS password of user ``daemon``: short-lived, renewed on heartbeats
+    credential: str
+    expires_at: datetime
+    #: PEM of the CA that signs the NATS server's certificate; ``None``: NATS is plain text
+    ca_pem: str | None = None

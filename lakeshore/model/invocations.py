@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from msgspec import Meta, Struct
 
 from lakeshore.model.names import MAX_LABEL, MAX_TIMEOUT_S
+from lakeshore.model.redact import redacted_fields, redacted_repr
 
 #: Largest batch one submit may carry.
 MAX_BATCH = 10_000
@@ -83,6 +84,8 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     kwargs: dict[str, Any] = {}
     #: argv of a subprocess to run instead of ``fn``
     command: Annotated[list[str], Meta(max_length=MAX_ARGV)] | None = None
+    #: variables set for ``command``; the values reach only the daemon that runs it (no
+    #: answer, event or log shows them: :mod:`lakeshore.model.redact`)
     env: Annotated[dict[EnvName, str], Meta(max_length=MAX_ENV)] = {}
     #: 0–9, higher first; priority queues only
     priority: Annotated[int, Meta(ge=0, le=9)] = 0
@@ -91,6 +94,9 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_attempts: Annotated[int, Meta(ge=1, le=100)] = 1
     #: a retried submit with the same key is the same invocation
     idempotency_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+
+    __repr__ = redacted_repr
+    __rich_repr__ = redacted_fields
 
 
 class SubmitBatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -126,11 +132,15 @@ class Invocation(Struct, frozen=True, kw_only=True):
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     command: list[str] | None = None
+    #: the one place the ``env`` values are kept, for the daemon (:mod:`lakeshore.model.redact`)
     env: dict[str, str] = {}
     priority: int = 0
     timeout_s: float | None = None
     max_attempts: int = 1
     submitted_at: datetime
+
+    __repr__ = redacted_repr
+    __rich_repr__ = redacted_fields
 
 
 class InvocationEvent(Struct, frozen=True, kw_only=True):

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from lakeshore.errors import NotFound
-from lakeshore.model import BUILTIN_PROVIDER, Namespace, Provider, ProviderKind, Worker
+from lakeshore.model import (
+    BUILTIN_PROVIDER,
+    DaemonAccess,
+    Namespace,
+    Provider,
+    ProviderKind,
+    Worker,
+)
 
 if TYPE_CHECKING:
     from lakeshore.store.port import ProviderRows
@@ -21,20 +28,24 @@ if TYPE_CHECKING:
 #: ``(worker, returncode or None if it never started, reason, requested)`` where
 #: ``requested`` means the provider was asked to stop it.
 ExitCallback = Callable[[Worker, int | None, str, bool], None]
+#: A daemon's NATS URL, identity and credential, minted for the worker row it runs.
+AccessFor = Callable[[Worker], DaemonAccess]
 
 
 class Backend(Protocol):
     """A backend that starts and stops daemons for the provider rows of one kind."""
 
-    def check_launch(self, provider: Provider, nats_url: str) -> None:
+    def check_launch(self, provider: Provider) -> None:
         """Refuse, before any worker row exists, a launch this backend cannot do.
 
         Raises:
             LakeshoreError: why not, and what to do instead.
         """
 
-    async def launch(self, workers: list[Worker], nats_url: str) -> None:
+    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
         """Start one daemon per row (rows already ``starting``); returns once started.
+
+        ``access(worker)`` is that daemon's way onto NATS (URL, its own credential, CA).
 
         A daemon that cannot be started is reported through the backend's exit callback,
         not raised, so the others still run.
@@ -46,6 +57,9 @@ class Backend(Protocol):
         Returns:
             Whether this backend runs a process for ``worker_id``.
         """
+
+    def daemons(self) -> list[Worker]:
+        """The workers whose process this backend runs now (the quotas count them)."""
 
     async def close(self) -> None:
         """Stop every process this backend started, within a few seconds."""

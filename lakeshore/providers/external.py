@@ -8,28 +8,32 @@ from __future__ import annotations
 
 from lakeshore.errors import Conflict
 from lakeshore.model import Provider, Worker
+from lakeshore.providers.base import AccessFor
 
 
 class ExternalProvider:
     """Refuses launches; has no processes to stop."""
 
-    def check_launch(self, provider: Provider, nats_url: str) -> None:
+    def check_launch(self, provider: Provider) -> None:
         """Always refuses (409), naming the ``lakeshore daemon run`` command to use."""
         raise Conflict(
             f"provider {provider.name!r} is external: the control plane does not start its "
-            "daemons. Start each one by hand on any machine that reaches NATS: "
-            f"`lakeshore daemon run --nats-url {nats_url or 'NATS_URL'} "
+            "daemons. Start each one by hand on any machine that reaches the API and NATS: "
+            "`lakeshore daemon run --api API_URL --token TOKEN "
             f"--namespace {provider.namespace} --provider {provider.name} "
             "--name NAME --queue Q` (--queue is repeatable; without it the daemon pulls "
             "from the default queue). It registers itself."
         )
 
-    async def launch(self, workers: list[Worker], nats_url: str) -> None:
+    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
         """Never called after :meth:`check_launch` refused; refuses nonetheless."""
         raise Conflict("external providers do not launch daemons; use `lakeshore daemon run`")
 
     async def stop(self, worker_id: str) -> bool:
         return False
+
+    def daemons(self) -> list[Worker]:
+        return []
 
     async def close(self) -> None:
         return None

@@ -22,11 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakeshore.model import Provider, Worker, now
-from lakeshore.providers.base import ExitCallback
+from lakeshore.model import DaemonAccess, Provider, Worker, now
+from lakeshore.providers.base import AccessFor, ExitCallback
 
 log = logging.getLogger(__name__)
 
+#: Where a started daemon finds its NATS credential and the CA of NATS's certificate.
+CREDENTIAL_ENV = "LAKESHORE_NATS_CREDENTIAL"
+CA_ENV = "LAKESHORE_NATS_CA"
 #: ``lakeshore daemon run`` with this very interpreter (and so this very lakeshore).
 DAEMON_COMMAND = (sys.executable, "-m", "lakeshore", "daemon", "run")
 #: How much of the end of a daemon's log is quoted when it exits unexpectedly.
@@ -38,7 +41,8 @@ def daemon_argv(
     command: Sequence[str], worker: Worker, nats_url: str, heartbeat_s: float | None = None
 ) -> list[str]:
     """The command line that runs ``worker`` as a daemon (``queues == []``: no ``--queue``,
-    so the daemon pulls from the default queue)."""
+    so the daemon pulls from the default queue). Its credential is not on the command line
+    (anyone on the host can read that) but in its environment (:func:`daemon_env`)."""
     argv = [*command, "--id", worker.id, "--name", worker.name, "--namespace", worker.namespace]
     for q in worker.queues:
         argv += ["--queue", q]
@@ -50,6 +54,16 @@ def daemon_argv(
     if heartbeat_s is not None:
         argv += ["--heartbeat-s", f"{heartbeat_s:g}"]
     return argv
+
+
+def daemon_env(access: DaemonAccess) -> dict[str, str]:
+    """The environment of a daemon the control plane starts: its own, plus its NATS
+    credential and CA (read by ``lakeshore daemon run``)."""
+    env = {**os.environ, CREDENTIAL_ENV: access.credential}
+    env.pop(CA_ENV, None)
+    if access.ca_pem is not None:
+        env[CA_ENV] = access.ca_pem
+    return env
 
 
 @dataclass(slots=True, eq=False)
@@ -97,6 +111,10 @@ class LocalProvider:
     def log_path(self, worker: Worker) -> Path:
         return self._log_dir / worker.namespace / f"{worker.name}.log"
 
+    def daemons(self) -> list[Worker]:
+        """The workers whose process runs now (started and not yet reported ended)."""
+        return [child.worker for child in self._children.values()]
+
     def pid(self, worker_id: str) -> int | None:
         """The process id of a running daemon this backend started, else ``None``."""
         child = self._children.get(worker_id)
@@ -115,12 +133,13 @@ class LocalProvider:
         await asyncio.shield(child.watcher)
         return child.proc.returncode
 
-    def check_launch(self, provider: Provider, nats_url: str) -> None:
+    def check_launch(self, provider: Provider) -> None:
         """Local launches are always possible."""
 
-    async def launch(self, workers: list[Worker], nats_url: str) -> None:
+    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
         for worker in workers:
-            argv = daemon_argv(self.command, worker, nats_url, self._heartbeat_s)
+            given = access(worker)
+            argv = daemon_argv(self.command, worker, given.nats_url, self._heartbeat_s)
             path = self.log_path(worker)
             try:
                 # Logs hold command lines and output: readable by the server's user only.
@@ -135,6 +154,7 @@ class LocalProvider:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
+                        env=daemon_env(given),
                     )
             except OSError as e:
                 log.error("cannot start daemon %s (%s): %s", worker.name, worker.id, e)

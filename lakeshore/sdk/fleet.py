@@ -7,6 +7,8 @@ from typing import Any
 
 from lakeshore.model import (
     ControllerStatus,
+    DaemonAccess,
+    DaemonJoin,
     DaemonLaunch,
     Launched,
     MembershipEdit,
@@ -66,6 +68,15 @@ class FleetRoutes(Transport):
                 (its daemons are started by hand with ``lakeshore daemon run``).
         """
         return Call(self, Launched, "POST", self._ns(namespace, "daemons"), json=body)
+
+    def daemons_join(
+        self, worker_id: str | None = None, *, namespace: str | None = None
+    ) -> Call[DaemonAccess]:
+        """What a daemon needs to join over NATS: the URL(s), its worker id (``worker_id``,
+        or a new one), a short-lived credential acting for this client's token, and the
+        CA of NATS's certificate. ``lakeshore daemon run --api --token`` calls it."""
+        path = self._ns(namespace, "daemons", "join")
+        return Call(self, DaemonAccess, "POST", path, json=DaemonJoin(id=worker_id))
 
     def providers_add(
         self,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from lakeshore.model import Namespace, NamespaceCreate, Token, TokenCreate, TokenCreated
+from lakeshore.model import (
+    Namespace,
+    NamespaceCreate,
+    NamespaceDetail,
+    Token,
+    TokenCreate,
+    TokenCreated,
+)
 from lakeshore.sdk.call import Call
 from lakeshore.sdk.transport import Transport, api_path
 
@@ -19,9 +26,10 @@ class NamespaceRoutes(Transport):
         """The namespaces the token may see."""
         return Call(self, list[Namespace], "GET", api_path("namespaces"), key="namespaces")
 
-    def namespaces_show(self, name: str | None = None) -> Call[Namespace]:
-        """One namespace (default: the client's)."""
-        return Call(self, Namespace, "GET", self._ns(name))
+    def namespaces_show(self, name: str | None = None) -> Call[NamespaceDetail]:
+        """One namespace (default: the client's), with the server's quotas and what it and
+        its org use of each."""
+        return Call(self, NamespaceDetail, "GET", self._ns(name))
 
     def tokens_create(
         self, description: str = "", *, namespace: str | None = None

@@ -11,29 +11,37 @@ from typing import Any
 
 import msgspec
 
+from lakeshore.access import Caller
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import Status
 from lakeshore.actors.launcher import AddProvider, LaunchDaemons, RemoveProvider
-from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker
+from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker, new_worker_id
 from lakeshore.bus.port import Bus
 from lakeshore.errors import WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
     ControllerStatus,
+    DaemonAccess,
     DaemonControl,
+    DaemonJoin,
     DaemonLaunch,
     Heartbeat,
     HeartbeatReply,
     Launched,
     MembershipEdit,
     Namespace,
+    NamespaceDetail,
     Provider,
     ProviderCreate,
     Worker,
     WorkerEdited,
     WorkerRegister,
+    validate_name,
 )
 from lakeshore.providers import find_provider, list_providers
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
+from lakeshore.security.issuing import DaemonAccessIssuer
+from lakeshore.services.usage import namespace_quotas
 from lakeshore.store import Store
 
 
@@ -42,6 +50,8 @@ class FleetService:
     store: worker and provider reads.
     bus: daemon control.
     workers, launcher, controller: the actors asked.
+    daemons: mints and renews daemons' NATS credentials.
+    quotas: the server's quotas (shown with a namespace).
     """
 
     def __init__(
@@ -52,9 +62,13 @@ class FleetService:
         workers: ActorRef[Any],
         launcher: ActorRef[Any],
         controller: ActorRef[Any],
+        daemons: DaemonAccessIssuer,
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._store, self._bus = store, bus
         self._workers, self._launcher, self._controller = workers, launcher, controller
+        self._daemons = daemons
+        self._quotas = quotas
 
     # ---- workers ----------------------------------------------------------------------
 
@@ -100,7 +114,23 @@ class FleetService:
         return await self._workers.ask(Register(reg))
 
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
-        return await self._workers.ask(Beat(hb))
+        """The registry's answer, with a renewed credential when the daemon asked for one.
+
+        Raises:
+            Unauthorized: the credential to renew is not the daemon's, or its token was
+                revoked.
+        """
+        renewed = None
+        if hb.renew is not None:
+            renewed = await self._daemons.renew(hb.renew, hb.worker_id, hb.namespace)
+        reply = await self._workers.ask(Beat(hb))
+        return reply if renewed is None else msgspec.structs.replace(reply, credential=renewed)
+
+    async def join(self, caller: Caller, ns: Namespace, body: DaemonJoin) -> DaemonAccess:
+        """A daemon's way onto NATS: its worker id (the one given, or a new one) and a
+        credential acting for ``caller``'s token in ``ns``."""
+        worker_id = validate_name("worker id", body.id) if body.id else new_worker_id()
+        return self._daemons.issue(worker_id, ns.name, ns.org, caller.token_id)
 
     # ---- daemons and providers --------------------------------------------------------
 
@@ -120,6 +150,20 @@ class FleetService:
 
     async def provider(self, ns: Namespace, name: str) -> Provider:
         return await find_provider(self._store, ns, name)
+
+    # ---- namespaces -------------------------------------------------------------------
+
+    async def namespace(self, ns: Namespace) -> NamespaceDetail:
+        """``ns`` with each quota and what it, or its org, uses of it now."""
+        usage = await namespace_quotas(
+            ns,
+            limits=self._quotas,
+            store=self._store,
+            bus=self._bus,
+            workers=self._workers,
+            launcher=self._launcher,
+        )
+        return NamespaceDetail(**msgspec.structs.asdict(ns), quotas=usage)
 
     # ---- the controller ---------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -40,6 +40,8 @@ from lakeshore.model import (
     SubmitAnswer,
     WorkerStatus,
 )
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
+from lakeshore.services.pending import OrgRows, PendingTally
 from lakeshore.store.port import JobReads, JobRecord
 
 #: A job or a job with its attempts.
@@ -64,21 +66,26 @@ class Cancelled:
     stopping: bool
 
 
+class JobStore(JobReads, OrgRows, Protocol):
+    """The history's job queries, and the rows an org's pending count needs."""
+
+
 class JobService:
     """Submit and follow invocations.
 
     Args:
-        store: the history's job queries.
+        store: the history's job queries, namespace and queue rows.
         results: where daemons' results are read (the events feed's results bucket).
         bus: daemon control (cancel a run).
         directory, workers, controller, recorder: the actors asked.
         ask_timeout_s: the bound of an ask beyond a submit's own wait (seconds).
+        quotas: the server's quotas (``pending_per_org`` is checked on submit).
     """
 
     def __init__(
         self,
         *,
-        store: JobReads,
+        store: JobStore,
         results: Feed,
         bus: Bus,
         directory: ActorRef[Any],
@@ -86,11 +93,13 @@ class JobService:
         controller: ActorRef[Any],
         recorder: ActorRef[Any],
         ask_timeout_s: float,
+        quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._store, self._results, self._bus = store, results, bus
         self._directory, self._workers = directory, workers
         self._controller, self._recorder = controller, recorder
         self._ask_timeout_s = ask_timeout_s
+        self._pending = PendingTally(store, bus, quotas)
 
     async def submit(
         self,
@@ -109,19 +118,27 @@ class JobService:
         Raises:
             QueueNotFound, WrongState, Invalid, TooLarge, QueueFull: refused; nothing admitted
                 (QueueFull says how many of a batch were).
+            QuotaExceeded: the org would have more than ``pending_per_org`` pending.
         """
         ref = await self._directory.ask(Lookup(namespace, queue))
-        admitted: asyncio.Future[SubmitAnswer] = await ref.ask(Submit(invocations, actor, wait_s))
-        # The queue actor answers at once and settles the future once the work is in (a
-        # ``block`` queue without room keeps it while others are served); the bound below
-        # only guards against an actor that stopped meanwhile.
+        org = await self._pending.reserve(namespace, len(invocations))
         try:
-            async with asyncio.timeout(wait_s + self._ask_timeout_s):
-                return await asyncio.shield(admitted)
-        except TimeoutError:
-            raise Unavailable(
-                f"queue {namespace}/{queue} did not admit the submit within {wait_s:g} s"
-            ) from None
+            admitted: asyncio.Future[SubmitAnswer] = await ref.ask(
+                Submit(invocations, actor, wait_s)
+            )
+            # The queue actor answers at once and settles the future once the work is in (a
+            # ``block`` queue without room keeps it while others are served); the bound
+            # below only guards against an actor that stopped meanwhile.
+            try:
+                async with asyncio.timeout(wait_s + self._ask_timeout_s):
+                    return await asyncio.shield(admitted)
+            except TimeoutError:
+                raise Unavailable(
+                    f"queue {namespace}/{queue} did not admit the submit within {wait_s:g} s"
+                ) from None
+        except BaseException:
+            self._pending.release(org, len(invocations))
+            raise
 
     async def list(
         self,

@@ -162,6 +162,11 @@ class Store(JobQueries, KeyQueries):
         sql = _SELECT_TOKEN + " AND hash = ?"
         return await self._run(lambda con: _rows.first(con, Token, sql, [token_hash]))
 
+    async def token_by_id(self, token_id: str) -> Token | None:
+        """The live (not revoked) token ``token_id``."""
+        sql = _SELECT_TOKEN + " AND id = ?"
+        return await self._run(lambda con: _rows.first(con, Token, sql, [token_id]))
+
     async def list_tokens(self, namespace: str | None) -> list[Token]:
         """Live tokens of ``namespace`` (``None``: the admin tokens), oldest first."""
         sql = _SELECT_TOKEN + " AND namespace IS NOT DISTINCT FROM ? ORDER BY created_at, id"

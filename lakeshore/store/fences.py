@@ -3,7 +3,7 @@
 A fence (:class:`lakeshore.fencing.Fence`) is derived from an invocation's accepted (not
 ``stale``) events with the SQL fragments below, which are generated from the fencing
 tables, so the store and the Recorder's memory cannot disagree. :mod:`.jobs` derives the
-current state of a job from the same fragments.
+current state of a job from the same fragments (:data:`FENCE_COLUMNS`, not the claims).
 """
 
 from __future__ import annotations
@@ -42,16 +42,21 @@ FENCE_COLUMNS = f"""
     coalesce(max(coalesce(epoch, 0) * {fencing.RANK_BASE} + {_RANK} END)
         FILTER (WHERE type IN {_in(fencing.RANK)}), -1) AS top,
     any_value(type) FILTER (WHERE type IN {TERMINAL_TYPES}) AS terminal"""
+#: The claims of one invocation's accepted events: every distinct ``(epoch, worker)`` struct
+#: (a list, NULL when none); :func:`fencing.kept_claims` keeps those a fence holds. Apart from
+#: FENCE_COLUMNS so that the job queries, which need only the state, do not aggregate it.
+CLAIMS = f"""list(DISTINCT struct_pack(epoch := coalesce(epoch, 0), worker := worker))
+        FILTER (WHERE type IN {_in(fencing.CLAIMING)} AND worker IS NOT NULL) AS claims"""
 #: The state of a row with :data:`FENCE_COLUMNS` (a terminal type names its state).
 STATE = f"""CASE WHEN terminal IS NOT NULL THEN terminal
     WHEN top >= 0 AND top % {fencing.RANK_BASE} IN ({_RUNNING}) THEN 'running'
     ELSE 'pending' END"""
 
-_FENCES = f"""SELECT namespace, invocation_id, {FENCE_COLUMNS}
+_FENCES = f"""SELECT namespace, invocation_id, {FENCE_COLUMNS}, {CLAIMS}
     FROM invocation_events WHERE {ACCEPTED} AND {{where}}
     GROUP BY namespace, invocation_id"""
 # The anti-join drops finished invocations before aggregating (most of the history).
-_UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}
+_UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}, {CLAIMS}
     FROM invocation_events e ANTI JOIN (
         SELECT namespace, invocation_id FROM invocation_events WHERE type IN {TERMINAL_TYPES}
     ) USING (namespace, invocation_id)
@@ -59,8 +64,9 @@ _UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}
 
 
 def _fence(row: tuple[Any, ...]) -> Fence:
-    started, top, terminal = row[-3:]
-    return Fence(int(started), int(top), InvocationState(terminal) if terminal else None)
+    started, top, terminal, claims = row[-4:]
+    kept = fencing.kept_claims(((c["epoch"], c["worker"]) for c in claims or ()), int(started))
+    return Fence(int(started), int(top), InvocationState(terminal) if terminal else None, kept)
 
 
 def fences(con: Con, ids: Sequence[str]) -> dict[Key, Fence]:

@@ -31,7 +31,16 @@ import msgspec
 from msgspec.structs import replace
 
 from lakeshore import errors
-from lakeshore.fencing import RAISES_EPOCH, RANK, RANK_BASE, TERMINAL, Fence, Key
+from lakeshore.fencing import (
+    CLAIMING,
+    RAISES_EPOCH,
+    RANK,
+    RANK_BASE,
+    TERMINAL,
+    Fence,
+    Key,
+    kept_claims,
+)
 from lakeshore.model import (
     EventType,
     InvocationEvent,
@@ -90,15 +99,17 @@ def _event_row(row: tuple[Any, ...] | msgspec.Struct) -> tuple[Any, ...]:
     return (ns, queue, inv, ts, str(type_), attempt, worker, epoch, detail)
 
 
-def _fence(events: Sequence[tuple[str, int | None]]) -> Fence:
-    """The fence of one invocation's accepted ``(type, epoch)`` events, as in fences.py:
-    the greatest epoch of a RAISES_EPOCH type (else 0), the greatest ``epoch * RANK_BASE +
-    rank`` of a ranked type (else -1), and the state of a terminal type (fencing allows one).
+def _fence(events: Sequence[tuple[str, int | None, str | None]]) -> Fence:
+    """The fence of one invocation's accepted ``(type, epoch, worker)`` events, as in
+    fences.py: the greatest epoch of a RAISES_EPOCH type (else 0), the greatest ``epoch *
+    RANK_BASE + rank`` of a ranked type (else -1), the state of a terminal type (fencing
+    allows one), and the kept ``(epoch, worker)`` of the CLAIMING types that name a worker.
     """
-    started = max(((e or 0) for t, e in events if t in RAISES_EPOCH), default=0)
-    top = max(((e or 0) * RANK_BASE + RANK[t] for t, e in events if t in RANK), default=-1)
-    terminal = next((TERMINAL[t] for t, _ in events if t in TERMINAL), None)
-    return Fence(started, top, terminal)
+    started = max(((e or 0) for t, e, _ in events if t in RAISES_EPOCH), default=0)
+    top = max(((e or 0) * RANK_BASE + RANK[t] for t, e, _ in events if t in RANK), default=-1)
+    terminal = next((TERMINAL[t] for t, _, _ in events if t in TERMINAL), None)
+    claims = ((e or 0, w) for t, e, w in events if t in CLAIMING and w is not None)
+    return Fence(started, top, terminal, kept_claims(claims, started))
 
 
 class InMemoryStore:
@@ -290,10 +301,10 @@ class InMemoryStore:
 
     def _fences(self, wanted: Callable[[Key], bool]) -> dict[Key, Fence]:
         """Fences of the wanted invocations that have an accepted event."""
-        accepted: dict[Key, list[tuple[str, int | None]]] = {}
-        for ns, _q, inv, _ts, type_, _a, _w, epoch, _d in self.invocation_events:
+        accepted: dict[Key, list[tuple[str, int | None, str | None]]] = {}
+        for ns, _q, inv, _ts, type_, _a, worker, epoch, _d in self.invocation_events:
             if type_ != EventType.STALE and wanted((ns, inv)):
-                accepted.setdefault((ns, inv), []).append((type_, epoch))
+                accepted.setdefault((ns, inv), []).append((type_, epoch, worker))
         return {key: _fence(events) for key, events in accepted.items()}
 
     async def fences(self, ids: Sequence[str]) -> dict[Key, Fence]:

@@ -184,8 +184,8 @@ class QueueStore(QueueRows, ProviderRows, QueueEventLog, IdempotencyKeys, Protoc
     """What the queue actors and the directory use."""
 
 
-class RegistryStore(WorkerRows, QueueEventLog, Protocol):
-    """What the WorkerRegistry uses."""
+class RegistryStore(WorkerRows, NamespaceRows, QueueEventLog, Protocol):
+    """What the WorkerRegistry uses (namespace rows: the org a quota counts in)."""
 
 
 class LauncherStore(NamespaceRows, ProviderRows, QueueEventLog, Protocol):

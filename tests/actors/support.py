@@ -143,6 +143,9 @@ class RecordingBackend:
         self.launches.append(list(workers))
         self.running.update((w.id, w) for w in workers)
 
+    def daemons(self) -> list[Worker]:
+        return list(self.running.values())
+
     async def stop(self, worker_id: str) -> bool:
         worker = self.running.pop(worker_id, None)
         if worker is None:

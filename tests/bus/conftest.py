@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 import pytest
 from nats.js import errors as jse
+from natsauth import plane_nats
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.events import EventFeed
@@ -59,7 +59,7 @@ async def bus(request: pytest.FixtureRequest, ns: str) -> AsyncIterator[Bus]:
     finally:
         await real.close()
         # Its own connection: the test may have closed the bus.
-        nc = await nats.connect(url)
+        nc = await plane_nats(url)
         try:
             js = nc.jetstream()
             for info in await js.streams_info():

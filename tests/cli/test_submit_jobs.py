@@ -281,11 +281,11 @@ async def test_jobs_of_an_unknown_id_exit_1(cli):
 
 
 @pytest.fixture
-async def daemon(nats_server, queue, tmp_path) -> AsyncIterator[None]:
+async def daemon(control_plane, queue, tmp_path) -> AsyncIterator[None]:
     """``lakeshore daemon run`` on the queue, as a subprocess (it can import ``udf_targets``)."""
     log = tmp_path / "daemon.log"
     async with daemon_process(
-        nats_server.url, queue, "cli-daemon", Path(__file__).parents[1] / "sdk", log
+        control_plane, queue, "cli-daemon", Path(__file__).parents[1] / "sdk", log
     ):
         yield
 

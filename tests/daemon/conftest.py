@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import nats
 import pytest_asyncio
 from daemon_support import NS, Bench, DaemonPool, ProcessPool
+from natsauth import plane_nats
 
 from lakeshore.bus import subjects
 
@@ -20,10 +20,10 @@ from lakeshore.bus import subjects
 @pytest_asyncio.fixture
 async def bench(nats_server, control_plane, api) -> AsyncIterator[Bench]:
     """The NATS and HTTP side of a test, its event log listening before any daemon runs."""
-    nc = await nats.connect(nats_server.url)
+    nc = await plane_nats(nats_server.url)
     try:
         b = Bench(nc, api)
-        await nc.subscribe(subjects.event_subject(NS, ">"), cb=b.events.on_batch)
+        await nc.subscribe(subjects.event_subject(NS, "*", "*"), cb=b.events.on_batch)
         await nc.flush()
         yield b
     finally:
@@ -31,8 +31,8 @@ async def bench(nats_server, control_plane, api) -> AsyncIterator[Bench]:
 
 
 @pytest_asyncio.fixture
-async def daemons(nats_server, bench) -> AsyncIterator[DaemonPool]:
-    pool = DaemonPool(nats_server.url)
+async def daemons(api, bench) -> AsyncIterator[DaemonPool]:
+    pool = DaemonPool(api)
     try:
         yield pool
     finally:
@@ -40,8 +40,8 @@ async def daemons(nats_server, bench) -> AsyncIterator[DaemonPool]:
 
 
 @pytest_asyncio.fixture
-async def processes(nats_server, bench) -> AsyncIterator[ProcessPool]:
-    pool = ProcessPool(nats_server.url)
+async def processes(api, bench) -> AsyncIterator[ProcessPool]:
+    pool = ProcessPool(api)
     try:
         yield pool
     finally:

@@ -10,11 +10,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from polling import eventually
+from support import Api
 
 from lakeshore.bus import codec, subjects
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
-from lakeshore.model import DaemonControl, EventBatch, EventType, InvocationEvent, Result
+from lakeshore.model import (
+    DaemonAccess,
+    DaemonControl,
+    EventBatch,
+    EventType,
+    InvocationEvent,
+    Result,
+)
 
 NS = "default"
 Q = "/v1/namespaces/default/queues"
@@ -136,14 +145,21 @@ class InProcess:
             return await self.task
 
 
+async def join(api: Api, worker_id: str | None = None) -> DaemonAccess:
+    """A daemon's NATS access, asked of the API as ``lakeshore daemon run`` does."""
+    status, body = await api.post(f"/v1/namespaces/{NS}/daemons/join", {"id": worker_id})
+    assert status == 200, body
+    return msgspec.convert(body, DaemonAccess)
+
+
 class DaemonPool:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, api: Api) -> None:
+        self.api = api
         self.daemons: list[InProcess] = []
 
-    def settings(self, name: str, **overrides: Any) -> DaemonSettings:
+    async def settings(self, name: str, **overrides: Any) -> DaemonSettings:
         values: dict[str, Any] = {
-            "nats_url": self.url,
+            "access": await join(self.api),
             "name": name,
             "heartbeat_s": 0.2,
             "drain_timeout_s": 5.0,
@@ -156,7 +172,7 @@ class DaemonPool:
         ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             run_daemon(
-                self.settings(name, **overrides),
+                await self.settings(name, **overrides),
                 stop,
                 environ=os.environ,
                 on_ready=ready.set_result,
@@ -229,23 +245,29 @@ class DaemonProcess:
 
 
 class ProcessPool:
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, api: Api) -> None:
+        self.api = api
         self.procs: list[DaemonProcess] = []
 
     async def start(
         self, name: str, *args: str, url: str | None = None, ready: str = "registered as"
     ) -> DaemonProcess:
+        """``lakeshore daemon run --api --token`` (``url``: a NATS URL instead of the one
+        the API names)."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
         env.pop("LAKESHORE_NATS_URL", None)
+        nats = ["--nats-url", url] if url else []
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "lakeshore",
             "daemon",
             "run",
-            "--nats-url",
-            url or self.url,
+            "--api",
+            self.api.base,
+            "--token",
+            str(self.api.token),
+            *nats,
             "--name",
             name,
             "--heartbeat-s",

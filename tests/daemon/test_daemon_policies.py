@@ -51,9 +51,10 @@ def test_fn_references_are_module_colon_qualname():
     [
         (["--label", "nokey"], "KEY=VALUE"),
         (["--queue", "Bad_Name"], "invalid queue name"),
-        ([], "no NATS URL"),
+        ([], "a daemon joins with a token"),
     ],
 )
 def test_run_rejects_bad_flags_with_usage_errors(args, message):
-    result = CliRunner().invoke(run, args, env={"LAKESHORE_NATS_URL": ""})
+    env = {"LAKESHORE_NATS_URL": "", "LAKESHORE_TOKEN": "", "LAKESHORE_NATS_CREDENTIAL": ""}
+    result = CliRunner().invoke(run, args, env=env)
     assert result.exit_code == 2 and message in result.output

@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import time
 
-import nats
 import pytest
+from natsauth import plane_nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, tally
@@ -122,7 +122,7 @@ async def test_the_cluster_survives_its_leader_and_refuses_without_quorum(
     cluster = _Cluster(nats_server_factory, tmp_path)
     await asyncio.gather(*(cluster.start(i) for i in range(3)))
     handle = await _plane(plane_factory, cluster.url)
-    nc = await nats.connect(cluster.url.split(","), reconnect_time_wait=0.2)
+    nc = await plane_nats(cluster.url.split(","), reconnect_time_wait=0.2)
     daemons = daemons_for(cluster.url)
     submitter = None
     try:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-import nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, job, runs
 
 Q = f"{NS}/queues"
 STREAM = "LS_default_work"
+from natsauth import plane_nats
 
 
 def _inv(i: int, key: str, **extra) -> dict:
@@ -42,7 +42,7 @@ async def test_fifty_concurrent_submits_of_one_key_on_both_front_doors_make_one_
     plane_factory, daemons_for, js
 ):
     handle = await plane_factory()
-    nc = await nats.connect(handle.plane.nats_url)
+    nc = await plane_nats(handle.plane.nats_url)
     try:
         async with asyncio.timeout(60), handle.client() as api:
             await api.post(Q, {"name": "work"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-import nats
+from natsauth import plane_nats
 from report import record
 from rowcount import row_counts
 
@@ -125,7 +125,7 @@ async def test_the_tenancy_matrix_of_every_route(control_plane, api, register, n
         assert not sibling, "\n".join(map(repr, sibling))
 
         # NATS: the submit subject checks the same token against the same namespace.
-        nc = await nats.connect(plane.nats_url)
+        nc = await plane_nats(plane.nats_url)
         try:
             before = await row_counts(plane.parts.store)
             answers = {}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 import nats
 import pytest
+from natsauth import plane_nats
 from polling import eventually
 from report import record
 from server_process import ServerProcess
@@ -146,7 +147,7 @@ async def _run(tmp_path, queues: int) -> _Figures:
     server = ServerProcess(tmp_path / "data", {"lost_after_s": 10.0, "heartbeat_s": HEARTBEAT_S})
     await server.start()
     api = Api(server.api, server.token())
-    conns = [await nats.connect(server.nats_url) for _ in range(CONNECTIONS)]
+    conns = [await plane_nats(server.nats_url) for _ in range(CONNECTIONS)]
     try:
         async with asyncio.timeout(170):
             t0 = time.monotonic()

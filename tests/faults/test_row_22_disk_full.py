@@ -30,6 +30,7 @@ from tally import NS, all_finished, worker_ids
 Q = f"{NS}/queues"
 STREAM = "LS_default_work"
 RECOVER_S = 10.0
+from natsauth import plane_nats
 
 
 @contextlib.contextmanager
@@ -93,7 +94,7 @@ async def test_a_full_jetstream_store_refuses_submits_with_507_and_recovers(
 ):
     server = await nats_server_factory(store_dir=small_disk / "nats")
     handle = await plane_factory(nats_url=server.url)
-    nc = await nats.connect(server.url)
+    nc = await plane_nats(server.url)
     try:
         async with asyncio.timeout(60), handle.client() as api:
             js = nc.jetstream(timeout=5)
@@ -141,7 +142,7 @@ async def test_a_queue_that_fills_the_store_itself_leaves_nothing_half_written(
 ):
     server = await nats_server_factory(store_dir=small_disk / "nats")
     handle = await plane_factory(nats_url=server.url)
-    nc = await nats.connect(server.url)
+    nc = await plane_nats(server.url)
     big = "x" * 600_000
     accepted: list[str] = []
     try:

@@ -8,8 +8,8 @@ import signal
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import nats
 import pytest
+from natsauth import plane_nats
 
 from lakeshore.actors.launcher import StopDaemon
 from lakeshore.actors.workers import ListWorkers
@@ -32,7 +32,7 @@ async def heartbeats(nats_server) -> AsyncIterator[WaitBeats]:
     flight can miss the cancellation on Python 3.11 (``asyncio.wait_for`` returns a
     result that arrived with the cancel), which would make these tests racy.
     """
-    nc = await nats.connect(nats_server.url)
+    nc = await plane_nats(nats_server.url)
     seen: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
     asked: dict[str, str] = {}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from msgspec.structs import replace
 
 from lakeshore.fencing import Fence, decide, fence_batch
 from lakeshore.model import EventType, InvocationEvent, InvocationState
@@ -27,9 +28,20 @@ def ev(type_: EventType, epoch: int | None = None, inv: str = "i1") -> Invocatio
     )  # fmt: skip
 
 
-def run(events: list[tuple[EventType, int | None]]) -> tuple[list[str], InvocationState]:
-    """Types as recorded (``stale:<type>`` for refused ones) and the state afterwards."""
-    out = fence_batch([ev(t, e) for t, e in events], {})
+def by(worker: str | None, type_: EventType, epoch: int | None = None) -> InvocationEvent:
+    """An event that names ``worker`` (``None``: the control plane's)."""
+    return replace(ev(type_, epoch), worker=worker)
+
+
+Step = tuple[EventType, int | None] | tuple[EventType, int | None, str | None]
+
+
+def run(events: list[Step]) -> tuple[list[str], InvocationState]:
+    """Types as recorded (``stale:<type>`` for refused ones) and the state afterwards.
+
+    A step ``(type, epoch)`` names worker ``w<epoch>``; ``(type, epoch, worker)`` names
+    ``worker``."""
+    out = fence_batch([ev(*s) if len(s) == 2 else by(s[2], s[0], s[1]) for s in events], {})
     recorded = [
         f"stale:{e.detail['stale_type']}" if e.type is EventType.STALE else e.type.value
         for e in out.events
@@ -124,6 +136,133 @@ CASES = {
 @pytest.mark.parametrize("events, recorded, state", CASES.values(), ids=CASES.keys())
 def test_fencing_rules(events, recorded, state) -> None:
     assert run(events) == (recorded, state)
+
+
+# Daemons "a" and "b" run attempts; "x" is another daemon of the namespace forging events.
+CLAIMANT_CASES = {
+    "a success from another daemon than the claimant is stale": (
+        [(S, None), (C, 1, "a"), (ST, 1, "a"), (OK, 1, "x"), (OK, 1, "a")],
+        ["submitted", "claimed", "started", "stale:succeeded", "succeeded"],
+        InvocationState.SUCCEEDED,
+    ),
+    "a failure from another daemon than the one that started the attempt is stale": (
+        [(ST, 2, "a"), (FAIL, 2, "x")],
+        ["started", "stale:failed"],
+        InvocationState.RUNNING,
+    ),
+    "a retrying from another daemon is stale": (
+        [(C, 1, "a"), (ST, 1, "a"), (RETRY, 1, "x")],
+        ["claimed", "started", "stale:retrying"],
+        InvocationState.RUNNING,
+    ),
+    "a daemon's cancel from another daemon is stale": (
+        [(C, 1, "a"), (ST, 1, "a"), (CANCEL, 1, "x")],
+        ["claimed", "started", "stale:cancelled"],
+        InvocationState.RUNNING,
+    ),
+    "a claim alone names the claimant of its epoch": (
+        [(S, None), (C, 1, "a"), (OK, 1, "x")],
+        ["submitted", "claimed", "stale:succeeded"],
+        InvocationState.RUNNING,
+    ),
+    "the claimant's own completion is accepted": (
+        [(C, 1, "a"), (ST, 1, "a"), (FAIL, 1, "a")],
+        ["claimed", "started", "failed"],
+        InvocationState.FAILED,
+    ),
+    "the control plane's cancel names no worker and is not checked": (
+        [(S, None), (C, 1, "a"), (ST, 1, "a"), (CANCEL, None, None)],
+        ["submitted", "claimed", "started", "cancelled"],
+        InvocationState.CANCELLED,
+    ),
+    "a completion that names no worker is not checked": (
+        [(C, 1, "a"), (ST, 1, "a"), (OK, 1, None)],
+        ["claimed", "started", "succeeded"],
+        InvocationState.SUCCEEDED,
+    ),
+    "a completion from an epoch without a recorded claim is accepted (lost started)": (
+        [(C, 1, "a"), (ST, 1, "a"), (OK, 2, "b"), (OK, 1, "a")],
+        ["claimed", "started", "succeeded", "stale:succeeded"],
+        InvocationState.SUCCEEDED,
+    ),
+    "a completion recorded before its epoch's claim is accepted": (
+        [(S, None), (OK, 1, "a"), (C, 1, "b")],
+        ["submitted", "succeeded", "claimed"],
+        InvocationState.SUCCEEDED,
+    ),
+    "a superseded claimant may still complete its attempt until a later one starts": (
+        [(C, 1, "a"), (ST, 1, "a"), (C, 2, "b"), (OK, 1, "a")],
+        ["claimed", "started", "claimed", "succeeded"],
+        InvocationState.SUCCEEDED,
+    ),
+    "an attempt below the latest claim is checked against its own claimant": (
+        [(C, 1, "a"), (ST, 1, "a"), (C, 2, "b"), (OK, 1, "x"), (OK, 1, "b")],
+        ["claimed", "started", "claimed", "stale:succeeded", "stale:succeeded"],
+        InvocationState.RUNNING,
+    ),
+    "a claim without a start is checked too, as are later claims": (
+        [(C, 1, "a"), (ST, 1, "a"), (C, 2, "b"), (C, 3, "a"), (FAIL, 2, "a"), (OK, 3, "b")],
+        ["claimed", "started", "claimed", "claimed", "stale:failed", "stale:succeeded"],
+        InvocationState.RUNNING,
+    ),
+    "an epoch claimed twice may be completed by either claimant": (
+        [(C, 1, "a"), (C, 1, "b"), (OK, 1, "x"), (OK, 1, "b"), (OK, 1, "a")],
+        ["claimed", "claimed", "stale:succeeded", "succeeded", "stale:succeeded"],
+        InvocationState.SUCCEEDED,
+    ),
+    "a superseded epoch is refused as superseded whoever sends it": (
+        [(C, 1, "a"), (ST, 1, "a"), (C, 2, "b"), (ST, 2, "b"), (OK, 1, "a")],
+        ["claimed", "started", "claimed", "started", "stale:succeeded"],
+        InvocationState.RUNNING,
+    ),
+    "a retried attempt's next claim names the next claimant": (
+        [(C, 1, "a"), (ST, 1, "a"), (RETRY, 1, "a"), (C, 2, "b"), (ST, 2, "b"), (OK, 2, "a"),
+         (OK, 2, "b")],
+        ["claimed", "started", "retrying", "claimed", "started", "stale:succeeded",
+         "succeeded"],
+        InvocationState.SUCCEEDED,
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize(
+    "events, recorded, state", CLAIMANT_CASES.values(), ids=CLAIMANT_CASES.keys()
+)
+def test_claimant_rules(events, recorded, state) -> None:
+    assert run(events) == (recorded, state)
+
+
+def test_a_forged_completion_is_stale_and_names_the_claimant() -> None:
+    out = fence_batch([by("w-abc", C, 2), by("w-abc", ST, 2), by("w-xyz", OK, 2)], {})
+    stale = out.events[-1]
+    assert (stale.type, stale.epoch, stale.worker, out.stale) == (EventType.STALE, 2, "w-xyz", 1)
+    assert stale.detail == {
+        "stale_type": "succeeded",
+        "stale_reason": "attempt 2 was claimed by daemon w-abc, not w-xyz",
+    }
+    assert out.fences[("ns", "i1")].terminal is None
+
+
+def test_the_reason_names_every_claimant_of_the_attempt() -> None:
+    fence = Fence(started_epoch=1, top=1 * 8 + 1, claims=((1, "w-a"), (1, "w-b")))
+    assert decide(fence, by("w-x", FAIL, 1)) == (
+        fence,
+        "attempt 1 was claimed by daemon w-a or w-b, not w-x",
+    )
+
+
+def test_a_fence_keeps_the_claims_of_the_epochs_a_completion_may_still_come_from() -> None:
+    out = fence_batch([by("a", C, 1), by("a", ST, 1), by("b", C, 2), by("c", C, 3)], {})
+    assert out.fences[("ns", "i1")].claims == ((1, "a"), (2, "b"), (3, "c"))
+    out = fence_batch([by("c", ST, 3), by("b", C, 2), by(None, C, 4), by("c", ST, 3)], out.fences)
+    assert out.fences[("ns", "i1")] == Fence(3, 4 * 8 + 1, None, ((3, "c"),))
+
+
+def test_claims_from_the_store_fence_a_forged_completion() -> None:
+    known = {("ns", "i1"): Fence(started_epoch=3, top=3 * 8 + 2, claims=((3, "w-abc"),))}
+    out = fence_batch([by("w-xyz", OK, 3), by("w-abc", OK, 3)], known)
+    assert [e.type for e in out.events] == [EventType.STALE, EventType.SUCCEEDED]
+    assert out.finished == [("ns", "i1")]
 
 
 def test_stale_event_keeps_the_attempt_and_says_why() -> None:

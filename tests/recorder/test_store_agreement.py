@@ -17,14 +17,15 @@ ENDINGS = [EventType.SUCCEEDED, EventType.FAILED, EventType.RETRYING, EventType.
 
 
 def _history(rng: random.Random, inv: str) -> list[InvocationEvent]:
-    """A plausible history: submit, a few attempts, late zombies and control-plane ends."""
-    out = [(EventType.SUBMITTED, None)]
+    """A plausible history: submit, a few attempts, late zombies, completions forged by
+    another daemon (``wx``) and control-plane ends."""
+    out: list[tuple[EventType, int | None, str | None]] = [(EventType.SUBMITTED, None, None)]
     for epoch in range(1, rng.randint(1, 4)):
-        out += [(t, epoch) for t in PROTOCOL[: rng.randint(0, 2)]]
+        out += [(t, epoch, f"w{epoch}") for t in PROTOCOL[: rng.randint(0, 2)]]
         if (end := rng.choice(ENDINGS)) is not None:
-            out.append((end, epoch))
+            out.append((end, epoch, "wx" if rng.random() < 0.2 else f"w{epoch}"))
     if rng.random() < 0.2:
-        out.append((rng.choice([EventType.CANCELLED, EventType.DROPPED]), None))
+        out.append((rng.choice([EventType.CANCELLED, EventType.DROPPED]), None, None))
     return [
         InvocationEvent(
             namespace="ns",
@@ -34,9 +35,9 @@ def _history(rng: random.Random, inv: str) -> list[InvocationEvent]:
             type=t,
             attempt=e or 0,
             epoch=e,
-            worker=None if e is None else f"w{e}",
+            worker=w,
         )
-        for i, (t, e) in enumerate(out)
+        for i, (t, e, w) in enumerate(out)
     ]
 
 
@@ -50,11 +51,13 @@ async def test_store_fences_and_states_match_the_recorders_memory(tmp_path: Path
         events[start : start + 5] = window
     known: dict[tuple[str, str], Fence] = {}
     stale = 0
+    reasons: set[str] = set()
     async with await open_store(tmp_path / "s.duckdb") as store:
         for start in range(0, len(events), 97):
             fenced = fence_batch(events[start : start + 97], known)
             known.update(fenced.fences)
             stale += fenced.stale
+            reasons |= {e.detail["stale_reason"].split()[0] for e in fenced.events if e.detail}
             await store.append_invocation_events([_row(e) for e in fenced.events])
         ids = sorted({k[1] for k in known})
         assert await store.fences(ids) == known
@@ -64,3 +67,4 @@ async def test_store_fences_and_states_match_the_recorders_memory(tmp_path: Path
         assert {("ns", j.id): j.state for j in jobs} == {k: f.state for k, f in known.items()}
         assert {f.state for f in known.values()} >= {"pending", "running", "succeeded", "failed"}
         assert stale > 0
+        assert reasons == {"already", "epoch", "attempt"}, "finished, superseded, not claimant"

@@ -307,10 +307,10 @@ def test_lakeshore_exports_the_sdk():
 
 
 @pytest.fixture
-async def daemon(nats_server, queue, tmp_path) -> AsyncIterator[None]:
+async def daemon(control_plane, queue, tmp_path) -> AsyncIterator[None]:
     """``lakeshore daemon run`` on the queue, as a subprocess (it can import ``udf_targets``)."""
     log = tmp_path / "daemon.log"
-    async with daemon_process(nats_server.url, queue, "sdk-daemon", Path(__file__).parent, log):
+    async with daemon_process(control_plane, queue, "sdk-daemon", Path(__file__).parent, log):
         yield
 
 

@@ -62,10 +62,15 @@ def _provider(name: str, namespace: str = "team", **kw: object) -> Provider:
 
 
 def _ev(
-    inv: str, type: str, epoch: int | None = None, namespace: str = "team", i: int = 0
+    inv: str,
+    type: str,
+    epoch: int | None = None,
+    namespace: str = "team",
+    i: int = 0,
+    worker: str | None = None,
 ) -> tuple[object, ...]:
     """An invocation event row in INVOCATION_EVENT_COLUMNS order."""
-    return (namespace, "jobs", inv, T0 + timedelta(seconds=i), type, epoch or 0, None, epoch,
+    return (namespace, "jobs", inv, T0 + timedelta(seconds=i), type, epoch or 0, worker, epoch,
             None)  # fmt: skip
 
 
@@ -428,6 +433,39 @@ async def test_fences_follow_pending_running_succeeded_and_ignore_stale(
         assert fence.state is state
 
 
+async def test_fences_hold_the_claims_of_the_epochs_not_below_the_started_one(
+    store: AnyStore,
+) -> None:
+    await store.append_invocation_events(
+        [
+            _ev("inv", "submitted"),
+            _ev("inv", "claimed", 1, i=1, worker="w-a"), _ev("inv", "started", 1, i=2, worker="w-a"),
+            _ev("inv", "claimed", 2, i=3, worker="w-b"), _ev("inv", "claimed", 2, i=4, worker="w-b"),
+            _ev("inv", "claimed", 3, i=5, worker="w-d"), _ev("inv", "claimed", 3, i=6, worker="w-c"),
+            _ev("inv", "claimed", 3, i=7), _ev("inv", "stale", 3, i=8, worker="w-x"),
+            _ev("inv", "succeeded", 3, i=9, namespace="other", worker="w-y"),
+        ]
+    )  # fmt: skip
+    claims = ((1, "w-a"), (2, "w-b"), (3, "w-c"), (3, "w-d"))
+    running = {("team", "inv"): Fence(1, 3 * 8 + 1, None, claims)}
+    assert await store.fences(["inv"]) == {
+        **running,
+        ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
+    }
+    assert await store.unfinished_fences() == running
+    await store.append_invocation_events([_ev("inv", "started", 3, i=10, worker="w-c")])
+    started = Fence(3, 3 * 8 + 2, None, ((3, "w-c"), (3, "w-d")))
+    assert await store.fences(["inv"]) == {
+        ("team", "inv"): started,
+        ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
+    }
+    await store.append_invocation_events([_ev("inv", "failed", 3, i=11, worker="w-c")])
+    assert (await store.fences(["inv"]))[("team", "inv")] == started._replace(
+        terminal=InvocationState.FAILED
+    )
+    assert await store.unfinished_fences() == {}
+
+
 async def test_an_invocation_without_an_accepted_event_has_no_fence(store: AnyStore) -> None:
     await store.append_invocation_events([_ev("zombie", "stale", 2)])
     assert await store.fences(["zombie", "never"]) == {}
@@ -477,6 +515,7 @@ async def test_max_invocation_id_is_the_greatest_id_ever_appended(store: AnyStor
 
 async def test_fences_agree_with_fencing_over_random_histories(store: AnyStore) -> None:
     rng = random.Random(11)
+    who = random.Random(12)
     types = [t for t in EventType if t is not EventType.STALE]
     events = [
         InvocationEvent(
@@ -486,6 +525,7 @@ async def test_fences_agree_with_fencing_over_random_histories(store: AnyStore) 
             ts=T0 + timedelta(seconds=i),
             type=(t := rng.choice(types)),
             epoch=None if t in (EventType.SUBMITTED, EventType.DROPPED) else rng.randint(1, 3),
+            worker=who.choice([None, "w-a", "w-b"]),
         )
         for i in range(600)
     ]
@@ -497,6 +537,7 @@ async def test_fences_agree_with_fencing_over_random_histories(store: AnyStore) 
         stale += fenced.stale
         await store.append_invocation_events(fenced.events)
     assert stale > 0 and {f.state for f in known.values()} >= {"pending", "running", "failed"}
+    assert sum(len(f.claims) for f in known.values()) > 50
     assert await store.fences(sorted({k[1] for k in known})) == known
     assert await store.unfinished_fences() == {k: f for k, f in known.items() if not f.finished}
 

@@ -1,0 +1,1 @@
+"""Who may do what on NATS: keys, credentials, permissions, TLS."""

@@ -1,0 +1,87 @@
+"""What each kind of connection may do on NATS: the permissions of its user JWT (pure).
+
+NATS matches permissions on whole subject tokens, and a queue's stream name
+(``LS_<ns>_<queue>``) is one token of the JetStream API subjects, so a daemon's grant lists
+the streams of its namespace one by one; a queue created later is added by disconnecting
+the namespace's daemons, which reconnect at once and are granted anew
+(:mod:`lakeshore.security.sessions`). Everything not listed is refused by the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from lakeshore.bus import subjects
+
+#: Connection names (``authorized_user`` in the server's connz) are
+#: ``<role>/<org>/<ns>/<token-id>/<id>``.
+NAME_SEPARATOR = "/"
+#: The CONNECT user of a daemon (its password: its credential) and of a producer
+#: (``producer/<nonce>``; its password: a Lakeshore token).
+DAEMON_USER = "daemon"
+PRODUCER_USER = "producer"
+
+
+class Permissions(msgspec.Struct, frozen=True, kw_only=True):
+    """Subjects a connection may publish to and subscribe to (NATS wildcards)."""
+
+    publish: list[str]
+    subscribe: list[str]
+
+    def claims(self) -> dict[str, object]:
+        """The ``nats`` part of a user JWT with these permissions and no other limit."""
+        return {
+            "pub": {"allow": self.publish},
+            "sub": {"allow": self.subscribe},
+            "subs": -1,
+            "data": -1,
+            "payload": -1,
+            "type": "user",
+            "version": 2,
+        }
+
+
+def daemon_inbox(namespace: str, worker_id: str) -> str:
+    """The inbox prefix of a daemon's connection (its replies arrive under it)."""
+    return f"_INBOX.d.{namespace}.{worker_id}"
+
+
+def producer_inbox(nonce: str) -> str:
+    """The inbox prefix of a producer's connection, named by the nonce it connects with."""
+    return f"_INBOX.p.{nonce}"
+
+
+def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions:
+    """A daemon: claim, renew and ack on its namespace's queue streams; events, results,
+    register and heartbeat as itself; its nudges, its control messages, its inbox."""
+    publish = [
+        subjects.register_subject(namespace, worker_id),
+        subjects.heartbeat_subject(namespace, worker_id),
+        subjects.event_subject(namespace, "*", worker_id),
+        subjects.result_put_subject(namespace),
+    ]
+    for queue in sorted(set(queues)):
+        stream = subjects.queue_stream(namespace, queue)
+        publish += [
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+            f"$JS.API.CONSUMER.INFO.{stream}.*",
+            f"$JS.ACK.{stream}.>",
+        ]
+    subscribe = [
+        daemon_inbox(namespace, worker_id) + ".>",
+        subjects.nudge_subject(namespace, "*"),
+        subjects.daemon_control_subject(namespace, worker_id),
+    ]
+    return Permissions(publish=publish, subscribe=subscribe)
+
+
+def producer(namespaces: Iterable[str] | None, nonce: str) -> Permissions:
+    """A producer (the SDK's fast path): submit to the queues of its org's namespaces
+    (``None``: every namespace, for an admin token), answers on its own inbox."""
+    targets = ["*"] if namespaces is None else sorted(set(namespaces))
+    return Permissions(
+        publish=[subjects.submit_subject(ns, "*") for ns in targets],
+        subscribe=[producer_inbox(nonce) + ".>"],
+    )

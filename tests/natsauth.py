@@ -1,0 +1,77 @@
+"""The suite's closed bus: one set of NATS secrets per test session.
+
+The session's nats-server and every server a test starts run the closed-bus config with
+these secrets; every control plane on them reads the secrets file through
+``LAKESHORE_NATS_AUTH_FILE`` (set by :func:`install` for the whole session, so server
+processes inherit it too). Tests that look behind the control plane connect as the control
+plane's user (:func:`plane_nats`); a daemon a test starts without the API gets a credential
+minted as the control plane's providers do (:func:`daemon_env`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.client import Client as NatsClient
+
+from lakeshore.actors.workers import new_worker_id
+from lakeshore.model import DaemonAccess
+from lakeshore.providers.local import daemon_env as provider_env
+from lakeshore.security import serverauth
+from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
+from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
+
+SECRETS_ENV = "LAKESHORE_NATS_AUTH_FILE"
+
+
+def install() -> Path:
+    """Write the session's secrets and point every control plane at them."""
+    if existing := os.environ.get(SECRETS_ENV):
+        return Path(existing)
+    path = Path(tempfile.mkdtemp(prefix="lakeshore-nats-auth-")) / "nats-auth.json"
+    serverauth.load_or_create(path)
+    os.environ[SECRETS_ENV] = str(path)
+    return path
+
+
+def secrets_file() -> Path:
+    return Path(os.environ[SECRETS_ENV])
+
+
+def secrets() -> NatsSecrets:
+    return serverauth.load(secrets_file())
+
+
+def server_config(path: Path, tls: tuple[Path, Path] | None = None) -> Path:
+    """A nats-server config closed with the session's secrets (and TLS if given)."""
+    return serverauth.write_server_config(path, secrets(), tls)
+
+
+async def plane_nats(url: str | list[str], **options: Any) -> NatsClient:
+    """Connect to the session's NATS as the control plane's user (every permission)."""
+    servers = url.split(",") if isinstance(url, str) else url
+    found = secrets()
+    return await nats.connect(servers, user=PLANE_USER, password=found.plane_password, **options)
+
+
+def daemon_access(
+    nats_url: str, namespace: str = "default", org: str = "default", worker_id: str | None = None
+) -> DaemonAccess:
+    """A daemon's NATS access minted as the control plane's ``local`` provider does."""
+    issuer = DaemonAccessIssuer(
+        secrets().issuer,
+        None,
+        ttl_s=3600,
+        nats_url=nats_url,
+        ca_pem=None,  # type: ignore[arg-type]
+    )
+    return issuer.issue(worker_id or new_worker_id(), namespace, org, PLANE_TOKEN)
+
+
+def daemon_env(access: DaemonAccess) -> dict[str, str]:
+    """The environment ``lakeshore daemon run --id … --nats-url …`` needs with ``access``."""
+    return provider_env(access)
