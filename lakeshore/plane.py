@@ -30,6 +30,7 @@ from lakeshore.bus.events import EventFeed
 from lakeshore.bus.nats import NatsBus
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.controller import ControllerSettings
+from lakeshore.datadir import secure_data_dir
 from lakeshore.errors import LakeshoreError
 from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
@@ -112,8 +113,7 @@ class ControlPlane:
         faults = Faults(settings.fault_points)
         # The store, the daemons' logs and the NATS store hold arguments, commands and
         # their output: the data dir is the server user's alone.
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.data_dir.chmod(0o700)
+        secure_data_dir(self.data_dir)
         # The store first: a second server on this data dir stops here (the file is
         # locked), before it starts a NATS server on the first one's NATS store.
         store = await open_store(self.data_dir / "lakeshore.duckdb")
@@ -139,7 +139,9 @@ class ControlPlane:
         )
         stack.push_async_callback(runtime.shutdown)
         recorder = await runtime.spawn(Recorder(store, events, faults=faults))
-        workers = await runtime.spawn(WorkerRegistry(store, lost_after_s=settings.lost_after_s))
+        workers = await runtime.spawn(
+            WorkerRegistry(store, lost_after_s=settings.lost_after_s, quotas=settings.quotas)
+        )
         runtime.every(settings.heartbeat_s, workers, Sweep())
         providers: dict[ProviderKind, Backend] = {
             ProviderKind.LOCAL: LocalProvider(
@@ -153,6 +155,7 @@ class ControlPlane:
                 workers,
                 providers,
                 access=lambda w, org: daemons.issue(w.id, w.namespace, org, PLANE_TOKEN),
+                quotas=settings.quotas,
             )
         )
         controller = await runtime.spawn(
@@ -174,6 +177,7 @@ class ControlPlane:
                 key_ttl_s=settings.idempotency_ttl_s,
                 faults=faults,
                 on_created=sessions.regrant,
+                quotas=settings.quotas,
             )
         )
         services = Services(
@@ -187,6 +191,7 @@ class ControlPlane:
                 controller=controller,
                 recorder=recorder,
                 ask_timeout_s=settings.ask_timeout_s,
+                quotas=settings.quotas,
             ),
             queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
             fleet=FleetService(
@@ -196,6 +201,7 @@ class ControlPlane:
                 launcher=launcher,
                 controller=controller,
                 daemons=daemons,
+                quotas=settings.quotas,
             ),
             problems=lambda: _problems(bus, runtime),
         )

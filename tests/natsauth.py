@@ -10,6 +10,7 @@ minted as the control plane's providers do (:func:`daemon_env`).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from pathlib import Path
@@ -75,3 +76,21 @@ def daemon_access(
 def daemon_env(access: DaemonAccess) -> dict[str, str]:
     """The environment ``lakeshore daemon run --id … --nats-url …`` needs with ``access``."""
     return provider_env(access)
+
+
+async def plain_text_answer(host: str, port: int, timeout_s: float = 15.0) -> tuple[bytes, bytes]:
+    """Speak plain-text NATS to ``host:port``: ``(the server's INFO line, what it answered
+    a CONNECT and PING with)``. A TLS-only server says ``"tls_required":true`` and never
+    answers ``PONG``. (A raw socket: nats-py never sends plain text to a TLS server, and
+    its ``close()`` hangs after a failed TLS handshake.)"""
+    async with asyncio.timeout(timeout_s):
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            info = await reader.readline()
+            writer.write(b'CONNECT {"verbose":false}\r\nPING\r\n')
+            await writer.drain()
+            answer = await reader.read()
+        finally:
+            writer.close()
+            await writer.wait_closed()
+    return info, answer

@@ -1,4 +1,6 @@
-"""The production shape: deploy/nats/*.conf as a 3-node JetStream cluster, queues at R3."""
+"""The production shape: deploy/nats/*.conf as a 3-node JetStream cluster, queues at R3,
+with the closed bus on: ``lakeshore nats config`` writes the secrets and TLS files every node
+includes, the control plane authenticates with them and speaks TLS."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import socket
 from pathlib import Path
 
 import nats
+import natsauth
 from polling import eventually
 
 from lakeshore.actors.directory import CreateQueue
@@ -15,6 +18,10 @@ from lakeshore.config import ServerSettings
 from lakeshore.errors import Unavailable
 from lakeshore.model import QueueCreate
 from lakeshore.plane import ControlPlane
+from lakeshore.security import serverauth
+from lakeshore.security.natsd import write_cluster_files
+from lakeshore.security.serverauth import PLANE_USER
+from lakeshore.security.tls import client_ssl_context
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -43,16 +50,29 @@ def _local_conf(conf: Path, tmp: Path, cluster_ports: list[int], index: int) -> 
 
 async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_factory, tmp_path):
     assert len(CONFS) == 3
+    files = write_cluster_files(tmp_path / "secrets", ["127.0.0.1"])
+    assert files.ca is not None
     cluster_ports = [_free_port() for _ in CONFS]
     confs = [_local_conf(c, tmp_path, cluster_ports, i) for i, c in enumerate(CONFS)]
     nodes = await asyncio.gather(
         *(
-            nats_server_factory(store_dir=tmp_path / f"store-{i}", extra_args=["-c", str(c)])
+            nats_server_factory(store_dir=tmp_path / f"store-{i}", config_file=c)
             for i, c in enumerate(confs)
         )
     )
     url = ",".join(n.url for n in nodes)
-    settings = ServerSettings(data_dir=tmp_path / "plane", port=0, nats_url=url, replicas=3)
+    # Plain text is refused: every node speaks TLS only.
+    for node in nodes:
+        info, answer = await natsauth.plain_text_answer("127.0.0.1", node.port)
+        assert b'"tls_required":true' in info and b"PONG" not in answer
+    settings = ServerSettings(
+        data_dir=tmp_path / "plane",
+        port=0,
+        nats_url=url,
+        replicas=3,
+        nats_auth_file=files.secrets,
+        nats_ca_file=files.ca,
+    )
 
     async def started() -> ControlPlane:
         # Unavailable: no JetStream meta leader yet, the cluster is still electing one.
@@ -69,7 +89,13 @@ async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_f
     )
     try:
         await plane.parts.directory.ask(CreateQueue("default", QueueCreate(name="train"), None))
-        nc = await nats.connect(url.split(","))
+        secrets = serverauth.load(files.secrets)
+        nc = await nats.connect(
+            url.split(","),
+            user=PLANE_USER,
+            password=secrets.plane_password,
+            tls=client_ssl_context(files.ca.read_text()),
+        )
         js = nc.jetstream()
         si = await js.stream_info("LS_default_train")
         assert si.config.num_replicas == 3 and len(si.cluster.replicas) == 2

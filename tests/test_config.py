@@ -15,6 +15,7 @@ from lakeshore.config import (
     write_client_config,
 )
 from lakeshore.errors import Invalid
+from lakeshore.quotas import Quotas
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +76,22 @@ def test_server_file_unknown_key_names_key_and_file(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text("prot = 1\n")
     with pytest.raises(Invalid, match=r"server\.toml.*unknown field `prot`") as info:
+        load_server_settings({}, env={})
+    assert str(path) in info.value.message
+
+
+def test_server_file_quotas_table_and_a_misspelt_or_negative_quota(tmp_path: Path) -> None:
+    path = tmp_path / ".lakeshore" / "server.toml"
+    path.parent.mkdir()
+    path.write_text("[quotas]\nqueues_per_namespace = 5\npending_per_org = 0\n")
+    settings = load_server_settings({}, env={})
+    assert settings.quotas == Quotas(queues_per_namespace=5, pending_per_org=0)
+    assert settings.quotas.daemons_per_org == Quotas().daemons_per_org
+    path.write_text("[quotas]\nqueus_per_namespace = 5\n")
+    with pytest.raises(Invalid, match=r"unknown field `queus_per_namespace` - at `\$\.quotas`"):
+        load_server_settings({}, env={})
+    path.write_text("[quotas]\ndaemons_per_org = -1\n")
+    with pytest.raises(Invalid, match=r">= 0 - at `\$\.quotas\.daemons_per_org`") as info:
         load_server_settings({}, env={})
     assert str(path) in info.value.message
 

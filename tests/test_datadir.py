@@ -18,9 +18,7 @@ def mode(path: Path) -> int:
 
 def loose(root: Path) -> list[str]:
     """Paths under ``root`` (not symbolic links) that group or others may use."""
-    return [
-        str(p) for p in root.rglob("*") if not p.is_symlink() and mode(p) & 0o077
-    ]
+    return [str(p) for p in root.rglob("*") if not p.is_symlink() and mode(p) & 0o077]
 
 
 def test_a_missing_data_dir_is_created_private(tmp_path: Path):

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import natsauth
 import nats
 import pytest
 
@@ -117,7 +118,8 @@ def test_old_binary_is_refused_by_check_version(old_nats_server_binary: Path) ->
 async def test_old_binary_is_refused_before_it_starts(
     old_nats_server_binary: Path, tmp_path: Path
 ) -> None:
-    server = NatsServer(tmp_path, port=0, binary=old_nats_server_binary)
+    config = natsauth.server_config(tmp_path / "nats.conf")
+    server = NatsServer(tmp_path, config_file=config, port=0, binary=old_nats_server_binary)
     with pytest.raises(NatsTooOld) as info:
         await server.start()
     assert info.value.found == server_version(old_nats_server_binary)
@@ -128,16 +130,17 @@ async def test_old_binary_is_refused_before_it_starts(
 async def test_client_side_check_refuses_an_old_server_reached_by_url(
     old_nats_server_binary: Path, tmp_path: Path
 ) -> None:
+    config = natsauth.server_config(tmp_path / "nats.conf")
     proc = await asyncio.create_subprocess_exec(
         old_nats_server_binary,
-        *("-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(tmp_path)),
+        *("-c", str(config), "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(tmp_path)),
         stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None
     try:
         async with asyncio.timeout(15):
             url = await _listening_url(proc.stderr)
-        nc = await nats.connect(url, allow_reconnect=False)
+        nc = await natsauth.plane_nats(url, allow_reconnect=False)
         try:
             assert _client_version(nc) == server_version(old_nats_server_binary)
             with pytest.raises(NatsTooOld, match=re.escape(url)):
@@ -153,7 +156,7 @@ async def test_client_side_check_refuses_an_old_server_reached_by_url(
 async def test_session_server_accepts_clients_and_jetstream(nats_server: NatsServer) -> None:
     assert nats_server.url == f"nats://127.0.0.1:{nats_server.port}"
     assert nats_server.version >= MIN_NATS_VERSION
-    nc = await nats.connect(nats_server.url, allow_reconnect=False)
+    nc = await natsauth.plane_nats(nats_server.url, allow_reconnect=False)
     try:
         check_version(_client_version(nc), where=nats_server.url)
         js = nc.jetstream(timeout=5)
@@ -170,7 +173,8 @@ async def test_session_server_accepts_clients_and_jetstream(nats_server: NatsSer
 
 
 async def test_stop_leaves_no_process(tmp_path: Path) -> None:
-    async with NatsServer(tmp_path, port=0) as server:
+    config = natsauth.server_config(tmp_path / "nats.conf")
+    async with NatsServer(tmp_path, config_file=config, port=0) as server:
         assert server.port > 0
         pid = server.pid
         os.kill(pid, 0)
@@ -179,10 +183,11 @@ async def test_stop_leaves_no_process(tmp_path: Path) -> None:
 
 
 async def test_start_reports_fatal_lines_when_the_server_exits(tmp_path: Path) -> None:
+    config = natsauth.server_config(tmp_path / "nats.conf")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        server = NatsServer(tmp_path, port=taken.getsockname()[1])
+        server = NatsServer(tmp_path, config_file=config, port=taken.getsockname()[1])
         with pytest.raises(Unavailable, match=r"exited with code \d+ before it was ready") as info:
             await server.start()
     assert "[FTL]" in info.value.message
@@ -191,11 +196,12 @@ async def test_start_reports_fatal_lines_when_the_server_exits(tmp_path: Path) -
 
 
 async def test_a_taken_port_says_how_to_pick_another(tmp_path: Path) -> None:
+    config = natsauth.server_config(tmp_path / "nats.conf")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = NatsServer(tmp_path, port=port)
+        server = NatsServer(tmp_path, config_file=config, port=port)
         with pytest.raises(NatsPortInUse) as info:
             await server.start()
     err = info.value
@@ -213,7 +219,7 @@ async def test_restart_on_same_store_and_port_keeps_streams(
     nats_server_factory: NatsServerFactory,
 ) -> None:
     first = await nats_server_factory()
-    nc = await nats.connect(first.url, allow_reconnect=False)
+    nc = await natsauth.plane_nats(first.url, allow_reconnect=False)
     await nc.jetstream().add_stream(name="KEPT", subjects=["kept.>"])
     await nc.close()
     await first.kill()
@@ -221,7 +227,7 @@ async def test_restart_on_same_store_and_port_keeps_streams(
 
     second = await nats_server_factory(store_dir=first.store_dir, port=first.port)
     assert second.url == first.url
-    nc = await nats.connect(second.url, allow_reconnect=False)
+    nc = await natsauth.plane_nats(second.url, allow_reconnect=False)
     try:
         assert (await nc.jetstream().stream_info("KEPT")).config.subjects == ["kept.>"]
     finally:
@@ -235,7 +241,7 @@ async def test_output_is_drained_after_ready(
     # -V traces every payload: 4 MB here, more than the pipe (64 KiB) plus what asyncio
     # buffers unread (2 x the 1 MiB line limit), so an undrained server stalls on a write.
     server = await nats_server_factory(extra_args=["-V"])
-    nc = await nats.connect(server.url, allow_reconnect=False)
+    nc = await natsauth.plane_nats(server.url, allow_reconnect=False)
     try:
         async with asyncio.timeout(30):
             for _ in range(40):
@@ -253,14 +259,15 @@ async def test_server_dies_with_its_parent(tmp_path: Path) -> None:
         "import asyncio, sys\n"
         "from lakeshore.embedded import NatsServer\n"
         "async def main():\n"
-        "    server = NatsServer(sys.argv[1], port=0)\n"
+        "    server = NatsServer(sys.argv[1], config_file=sys.argv[2], port=0)\n"
         "    await server.start()\n"
         "    print(server.pid, flush=True)\n"
         "    await asyncio.Event().wait()\n"
         "asyncio.run(main())\n"
     )
+    config = natsauth.server_config(tmp_path / "nats.conf")
     parent = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, str(tmp_path), stdout=asyncio.subprocess.PIPE
+        sys.executable, "-c", script, str(tmp_path), str(config), stdout=asyncio.subprocess.PIPE
     )
     assert parent.stdout is not None
     async with asyncio.timeout(20):

@@ -7,7 +7,8 @@ import pytest_asyncio
 from natsauth import plane_nats
 from polling import eventually
 
-from lakeshore.bus import codec
+from lakeshore.actors.workers import new_worker_id
+from lakeshore.bus import codec, subjects
 from lakeshore.model import (
     ErrorBody,
     FastSubmit,
@@ -39,14 +40,25 @@ async def _request(nc, subject: str, body, answer_type):
 
 async def _beat(nc, worker: Worker, status=WorkerStatus.IDLE) -> HeartbeatReply:
     hb = Heartbeat(worker_id=worker.id, namespace=worker.namespace, status=status, ts=now())
-    return await _request(nc, f"ls.{worker.namespace}.hb.{worker.id}", hb, HeartbeatReply)
+    subject = subjects.heartbeat_subject(worker.namespace, worker.id)
+    return await _request(nc, subject, hb, HeartbeatReply)
+
+
+async def _register(nc, reg: WorkerRegister) -> Worker | ErrorBody:
+    assert reg.id is not None
+    return await _request(nc, subjects.register_subject(reg.namespace, reg.id), reg, Worker)
+
+
+def _reg(namespace: str, name: str, **fields) -> WorkerRegister:
+    return WorkerRegister(namespace=namespace, name=name, id=new_worker_id(), **fields)
 
 
 async def test_register_and_heartbeat_carry_membership(api, nc):
     await api.post("/v1/namespaces/default/queues", {"name": "eval"})
-    reg = WorkerRegister(namespace="default", name="daemon-b", queues=["eval"])
-    worker = await _request(nc, "ls.default.register", reg, Worker)
+    reg = _reg("default", "daemon-b", queues=["eval"])
+    worker = await _register(nc, reg)
     assert isinstance(worker, Worker) and worker.status == WorkerStatus.IDLE
+    assert worker.id == reg.id
     assert (await _beat(nc, worker)).queues == ["eval"]
     await api.post(f"/v1/namespaces/default/workers/{worker.id}/queues", {"remove": ["eval"]})
     reply = await _beat(nc, worker, WorkerStatus.BUSY)
@@ -56,9 +68,22 @@ async def test_register_and_heartbeat_carry_membership(api, nc):
 
 
 async def test_register_in_an_unknown_namespace_is_refused(nc, control_plane):
-    reg = WorkerRegister(namespace="nowhere", name="w")
-    answer = await _request(nc, "ls.nowhere.register", reg, Worker)
+    answer = await _register(nc, _reg("nowhere", "w"))
     assert isinstance(answer, ErrorBody) and answer.error.code == "namespace_not_found"
+
+
+async def test_register_and_heartbeat_must_speak_for_their_subject(nc, control_plane):
+    reg = _reg("default", "imposter")
+    other = new_worker_id()
+    subject = subjects.register_subject("default", other)
+    answer = await _request(nc, subject, reg, Worker)
+    assert isinstance(answer, ErrorBody) and answer.error.code == "forbidden"
+    unnamed = WorkerRegister(namespace="default", name="imposter")
+    answer = await _request(nc, subject, unnamed, Worker)
+    assert isinstance(answer, ErrorBody) and answer.error.code == "forbidden"
+    hb = Heartbeat(worker_id=reg.id, namespace="default", status=WorkerStatus.IDLE, ts=now())
+    answer = await _request(nc, subjects.heartbeat_subject("default", other), hb, HeartbeatReply)
+    assert isinstance(answer, ErrorBody) and answer.error.code == "forbidden"
 
 
 async def test_an_unknown_worker_is_told_to_register(nc, control_plane):
@@ -67,9 +92,7 @@ async def test_an_unknown_worker_is_told_to_register(nc, control_plane):
 
 
 async def test_retire_is_in_the_heartbeat_reply(api, nc):
-    worker = await _request(
-        nc, "ls.default.register", WorkerRegister(namespace="default", name="r"), Worker
-    )
+    worker = await _register(nc, _reg("default", "r"))
     status, body = await api.request("DELETE", "/v1/namespaces/default/workers/r")
     assert status == 202 and body["status"] == "retiring"
     reply = await _beat(nc, worker, WorkerStatus.BUSY)
@@ -82,9 +105,7 @@ async def test_a_silent_worker_is_marked_lost_and_comes_back(plane_factory, nc):
     handle = await plane_factory(lost_after_s=0.3, heartbeat_s=0.1)
     async with handle.client() as api:
         await api.get("/v1/namespaces/default/queues/default")
-    worker = await _request(
-        nc, "ls.default.register", WorkerRegister(namespace="default", name="quiet"), Worker
-    )
+    worker = await _register(nc, _reg("default", "quiet"))
     async with handle.client() as api:
         await eventually(
             lambda: api.get("/v1/namespaces/default/workers/quiet"),
@@ -105,10 +126,11 @@ async def test_fast_submit_over_nats(api, nc, control_plane):
         token=control_plane.admin_token,
         invocations=[InvocationSubmit(fn="m:f"), InvocationSubmit(fn="m:g")],
     )
-    answer = await _request(nc, "ls.default.submit.q", body, SubmitAnswer)
+    subject = subjects.submit_subject("default", "q")
+    answer = await _request(nc, subject, body, SubmitAnswer)
     assert isinstance(answer, SubmitAnswer) and len(answer.ids) == 2
     bad = FastSubmit(token="lsk_nope", invocations=[InvocationSubmit(fn="m:f")])
-    answer = await _request(nc, "ls.default.submit.q", bad, SubmitAnswer)
+    answer = await _request(nc, subject, bad, SubmitAnswer)
     assert isinstance(answer, ErrorBody) and answer.error.code == "unauthorized"
-    reply = await nc.request("ls.default.submit.q", b"{not json", timeout=5)
+    reply = await nc.request(subject, b"{not json", timeout=5)
     assert codec.decode(reply.data, ErrorBody).error.code == "invalid"

@@ -13,17 +13,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import click
 import duckdb
-import nats
+import msgspec
 import pytest
 from nats.js.errors import NotFoundError
+from natsauth import plane_nats
 from polling import eventually
+from support import Api
 
 from lakeshore.actors import admission
 from lakeshore.actors.queue import Submit
 from lakeshore.bus import codec, subjects
+from lakeshore.cli.submit import build
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
 from lakeshore.model import (
+    DaemonAccess,
     EventBatch,
     EventType,
     FastSubmit,
@@ -47,11 +52,13 @@ WAIT_S = 15.0
 
 
 @contextlib.asynccontextmanager
-async def daemon(nats_url: str, queue: str) -> AsyncIterator[Running]:
+async def daemon(api: Api, queue: str) -> AsyncIterator[Running]:
     """An in-process daemon on ``queue`` whose own environment has no secret (so a command
     that finds it got it from its invocation); stopped, within a bound, on exit."""
+    status, body = await api.post(f"/v1/namespaces/{NS}/daemons/join", {})
+    assert status == 200, body
     settings = DaemonSettings(
-        nats_url=nats_url,
+        access=msgspec.convert(body, DaemonAccess),
         name=f"{queue}-daemon",
         queues=[queue],
         heartbeat_s=0.2,
@@ -113,7 +120,7 @@ async def test_env_values_reach_the_daemon_and_no_answer_event_row_or_log(
     queue = "env-secrets"
     server = await plane_factory()
     answers: list[Any] = []
-    nc = await nats.connect(nats_server.url)
+    nc = await plane_nats(nats_server.url)
     try:
         js = nc.jetstream()
         async with server.client() as api:
@@ -131,7 +138,7 @@ async def test_env_values_reach_the_daemon_and_no_answer_event_row_or_log(
             )
             assert codec.decode(pending, Invocation).env == ENV  # the daemon's one source
 
-            async with daemon(nats_server.url, queue):
+            async with daemon(api, queue):
                 status, body = await api.get(f"{J}/{inv_id}/result?wait_s={WAIT_S}")
                 assert status == 200 and body["ok"] and body["exit_code"] == 0, body
                 answers.append(body)
@@ -176,9 +183,7 @@ async def test_an_actor_crashing_on_a_submit_logs_it_with_the_env_values_masked(
     async with server.client() as api:
         status, body = await api.post(Q, {"name": "env-crash"})
         assert status == 201, body
-        status, body = await api.post(
-            f"{Q}/env-crash/invocations", {"command": CHECK, "env": ENV}
-        )
+        status, body = await api.post(f"{Q}/env-crash/invocations", {"command": CHECK, "env": ENV})
     assert status == 500, body
     assert "crashed on Submit(" in caplog.text
     assert f"{KEY}': '{MASK}'" in caplog.text
@@ -219,3 +224,11 @@ def test_the_repr_of_everything_carrying_env_masks_its_values():
     assert SECRET not in repr(shown) and SECRET not in str(shown)
     assert f"env={masked_env(ENV)!r}" in repr(spec) and repr(masked_env(ENV)) in repr(invocation)
     assert invocation.env == ENV and spec.env == ENV  # the wire keeps the values
+
+
+@pytest.mark.parametrize("item", [SECRET, f"={SECRET}", f"{KEY}:{SECRET}"])
+def test_a_malformed_env_flag_of_the_cli_does_not_echo_its_value(item: str):
+    with pytest.raises(click.BadParameter) as refused:
+        build(("true",), None, None, None, ("A=1", item))
+    assert "expected KEY=VALUE, got item 2" in refused.value.format_message()
+    assert SECRET not in refused.value.format_message()

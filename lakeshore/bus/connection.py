@@ -34,10 +34,17 @@ class NatsLogin:
     inbox_prefix: str = "_INBOX"
 
 
-async def connect_nats(url: str, *, name: str, login: NatsLogin) -> NatsClient:
+async def connect_nats(
+    url: str,
+    *,
+    name: str,
+    login: NatsLogin,
+    on_error: Callable[[Exception], None] | None = None,
+) -> NatsClient:
     """Connect to ``url``; the client then reconnects on its own after any loss.
 
-    ``url`` may list several servers of a cluster, comma-separated.
+    ``url`` may list several servers of a cluster, comma-separated. ``on_error`` hears the
+    asynchronous errors the server sends (e.g. a permissions violation).
 
     Raises:
         Unavailable: NATS cannot be reached.
@@ -46,8 +53,10 @@ async def connect_nats(url: str, *, name: str, login: NatsLogin) -> NatsClient:
     """
     nc: NatsClient | None = None
 
-    async def on_error(e: Exception) -> None:
+    async def error_cb(e: Exception) -> None:
         log.warning("nats %s: %s", url, e)
+        if on_error is not None:
+            on_error(e)
 
     async def on_disconnect() -> None:
         if nc is not None and not nc.is_closed:
@@ -64,7 +73,7 @@ async def connect_nats(url: str, *, name: str, login: NatsLogin) -> NatsClient:
             reconnect_time_wait=0.5,
             allow_reconnect=True,
             connect_timeout=5,
-            error_cb=on_error,
+            error_cb=error_cb,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
             user=login.user,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -102,6 +103,7 @@ class WorkBus:
         self._timeout_s = request_timeout_s
         self._claim_lock = asyncio.Lock()
         self._inbox: tuple[str, Subscription] | None = None
+        self.denials = Denials()
 
     @classmethod
     async def connect(
@@ -130,9 +132,12 @@ class WorkBus:
             tls=None if access.ca_pem is None else client_ssl_context(access.ca_pem),
             inbox_prefix=grants.daemon_inbox(access.namespace, access.worker_id),
         )
-        nc = await connect_nats(access.nats_url, name=name, login=login)
+        denials = Denials()
+        nc = await connect_nats(access.nats_url, name=name, login=login, on_error=denials.heard)
         js = nc.jetstream(timeout=request_timeout_s)
-        return cls(nc, js, worker_id=access.worker_id, request_timeout_s=request_timeout_s)
+        bus = cls(nc, js, worker_id=access.worker_id, request_timeout_s=request_timeout_s)
+        bus.denials = denials
+        return bus
 
     async def close(self) -> None:
         """Flush what is buffered (acks, naks) and close the connection."""
@@ -162,8 +167,16 @@ class WorkBus:
                 (top, tuple(range(top, -1, -1))),
                 (0, (0,)),
             ):
+                consumer = subjects.level_consumer(probe)
+                asked = self._js.consumer_info(stream, consumer)
                 try:
-                    ci = await self._js.consumer_info(stream, subjects.level_consumer(probe))
+                    ci = await self.denials.unless(
+                        f"$JS.API.CONSUMER.INFO.{stream}.{consumer}", asked
+                    )
+                except Denied:
+                    # Not granted yet: a queue created since this daemon connected; the
+                    # control plane reconnects it with the new grant in a moment.
+                    return None
                 except jse.NotFoundError:
                     continue
                 return QueueLayout(levels=levels, ack_wait_s=float(ci.config.ack_wait or 30.0))
@@ -367,6 +380,51 @@ class WorkBus:
             return await self._nc.subscribe(subject, cb=cb)
         except _NATS_ERRORS as e:
             raise Unavailable(f"cannot subscribe to {subject}: {e}") from e
+
+
+class Denied(Exception):
+    """NATS refused a publish of this connection (a permissions violation)."""
+
+
+class Denials:
+    """Turns the server's asynchronous permissions violations into prompt answers: a
+    request whose subject NATS refused fails at once instead of waiting out its timeout."""
+
+    _VIOLATION = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[asyncio.Future[None]]] = {}
+
+    def heard(self, error: Exception) -> None:
+        found = self._VIOLATION.search(str(error))
+        if found is None:
+            return
+        for waiter in self._waiting.pop(found[1].lower(), []):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def unless(self, subject: str, call: Awaitable[_T]) -> _T:
+        """Await ``call``, a request on ``subject``, unless NATS refuses the subject first.
+
+        Raises:
+            Denied: NATS refused it.
+        """
+        key = subject.lower()
+        denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append(denied)
+        answer = asyncio.ensure_future(call)
+        try:
+            await asyncio.wait({answer, denied}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiters = self._waiting.get(key, [])
+            if denied in waiters:
+                waiters.remove(denied)
+                if not waiters:
+                    del self._waiting[key]
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        raise Denied(subject)
 
 
 def _error_from(detail: ErrorDetail) -> LakeshoreError:

@@ -22,6 +22,7 @@ import msgspec
 from lakeshore.cli.options import key_value_pairs
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import DaemonAccess, validate_name
+from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
 
 def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
@@ -136,7 +137,9 @@ def run(
             drain_timeout_s=drain_timeout_s,
         )
         stop = asyncio.Event()
-        code = asyncio.run(run_daemon(settings, stop, environ=os.environ, handle_signals=True))
+        # The runs inherit the daemon's environment, but not its NATS credential.
+        environ = {k: v for k, v in os.environ.items() if k not in (CREDENTIAL_ENV, CA_ENV)}
+        code = asyncio.run(run_daemon(settings, stop, environ=environ, handle_signals=True))
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)
         sys.exit(1)
@@ -159,7 +162,6 @@ def _access(
     """How this daemon joins: handed by the control plane that started it (its credential
     in the environment), or asked of the API with a token."""
     from lakeshore.config import load_client_settings
-    from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
     from lakeshore.security.credentials import expires_at
 
     ctx = click.get_current_context()

@@ -13,6 +13,7 @@ from lakeshore.cli.controller import controller
 from lakeshore.cli.daemon import daemon
 from lakeshore.cli.jobs import jobs
 from lakeshore.cli.namespaces import namespaces
+from lakeshore.cli.nats import nats
 from lakeshore.cli.providers import providers
 from lakeshore.cli.queues import queues
 from lakeshore.cli.submit import submit
@@ -50,7 +51,7 @@ def lakeshore() -> None:
     """
 
 
-for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers, controller):
+for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers, controller, nats):
     lakeshore.add_command(_group)
 
 

@@ -14,6 +14,7 @@ def key_values(
     param: click.Parameter | None = None,
     *,
     param_hint: str | None = None,
+    secret: bool = False,
 ) -> dict[str, str]:
     """``KEY=VALUE`` items as a dict: a value is everything after the first ``=`` (possibly
     empty), and a repeated key keeps its last value.
@@ -21,15 +22,20 @@ def key_values(
     The option is named in an error by ``param`` (within ``ctx``), or by ``param_hint``
     when the items are checked after click has parsed them.
 
+    Args:
+        secret: the values are secrets (``--env``): an error does not show the item, which
+            may be a value given without its key.
+
     Raises:
         click.BadParameter: an item without ``=`` or with an empty key; click reports it as
             a usage error (exit 2) naming the option and the expected ``KEY=VALUE`` form.
     """
     pairs = {}
-    for item in items:
+    for i, item in enumerate(items, 1):
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param, param_hint)
+            got = f"item {i} (not shown: it may hold a secret)" if secret else repr(item)
+            raise click.BadParameter(f"expected KEY=VALUE, got {got}", ctx, param, param_hint)
         pairs[key] = value
     return pairs
 

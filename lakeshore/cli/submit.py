@@ -64,7 +64,7 @@ def build(
     given = {k: v for k, v in options.items() if v is not None}
     if command:
         return InvocationSubmit(
-            command=list(command), env=key_values(env, param_hint="--env"), **given
+            command=list(command), env=key_values(env, param_hint="--env", secret=True), **given
         )
     return InvocationSubmit(
         fn=fn,

@@ -135,3 +135,39 @@ def _read_text(path: Path) -> str:
         return path.read_text()
     except OSError as e:
         raise Invalid(f"cannot read {path}: {e.strerror or e}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFiles:
+    """What ``lakeshore nats config`` writes for an operator's NATS cluster."""
+
+    #: the control plane's secrets (``--nats-auth-file``)
+    secrets: Path
+    #: accounts and auth callout, for every node's config (``include``)
+    auth_conf: Path
+    #: the client TLS block for every node's config, with the CA clients verify
+    tls_conf: Path | None
+    ca: Path | None
+
+
+def write_cluster_files(out: Path, tls_hosts: list[str], mount: Path | None = None) -> ClusterFiles:
+    """The secrets and config snippets a NATS cluster needs to run Lakeshore's closed bus.
+
+    Args:
+        out: the directory to write into (created 0700); existing secrets are kept.
+        tls_hosts: names and addresses clients reach the nodes by; none: no TLS files.
+        mount: where ``out`` is seen by the NATS servers (paths in ``tls.conf``); default
+            ``out`` itself.
+    """
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secrets = serverauth.load_or_create(out / SECRETS_FILE)
+    auth_conf = out / "auth.conf"
+    serverauth.write_private(auth_conf, serverauth.auth_config(secrets).encode())
+    if not tls_hosts:
+        return ClusterFiles(out / SECRETS_FILE, auth_conf, None, None)
+    files = tls.ensure_server_tls(out / TLS_DIR, tls_hosts)
+    seen = (mount or out.absolute()) / TLS_DIR
+    tls_conf = out / "tls.conf"
+    block = serverauth.tls_config(seen / files.cert.name, seen / files.key.name)
+    serverauth.write_private(tls_conf, block.encode())
+    return ClusterFiles(out / SECRETS_FILE, auth_conf, tls_conf, files.ca)

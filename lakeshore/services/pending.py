@@ -5,8 +5,8 @@ pending count only per queue (a few requests each), and an org may have thousand
 queues. So :class:`PendingTally` reads an org's queues once, then adds what it admits.
 Between reads the estimate can only err high (the claims of daemons are not seen), so a
 submit that it would put over the quota first has the org read again — at most once per
-``refresh_s`` — and is refused only on a fresh count. It can err low by the submits in
-flight while a read runs, and by what a failed submit admitted anyway.
+``refresh_s`` — and is refused only on a count at most that old. It can err low by the
+submits in flight while a read runs, and by what a failed submit admitted anyway.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from lakeshore.actors.launcher import Launcher, LauncherMsg, exit_reporter
 from lakeshore.actors.queue import QueueActor, QueueMsg
 from lakeshore.actors.workers import WorkerMsg, WorkerRegistry
 from lakeshore.bus.memory import InMemoryBus
-from lakeshore.model import Namespace, ProviderKind, Queue, now
+from lakeshore.model import DaemonAccess, Namespace, ProviderKind, Queue, Worker, now
 from lakeshore.providers import ExternalProvider
 from lakeshore.store.memory import InMemoryStore
 
@@ -95,4 +95,15 @@ async def launcher(
     backend: RecordingBackend,
 ) -> ActorRef[LauncherMsg]:
     backends = {ProviderKind.LOCAL: backend, ProviderKind.EXTERNAL: ExternalProvider()}
-    return await runtime.spawn(Launcher(store, registry, backends, nats_url=NATS_URL))
+    return await runtime.spawn(Launcher(store, registry, backends, access=fake_access))
+
+
+def fake_access(worker: Worker, org: str) -> DaemonAccess:
+    """What the control plane mints for a launched daemon, recognisable in assertions."""
+    return DaemonAccess(
+        worker_id=worker.id,
+        namespace=worker.namespace,
+        nats_url=NATS_URL,
+        credential=f"credential-of-{worker.id}-in-{org}",
+        expires_at=now(),
+    )

@@ -15,6 +15,7 @@ from lakeshore.bus import codec
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import (
+    DaemonAccess,
     EventType,
     Invocation,
     InvocationEvent,
@@ -25,6 +26,7 @@ from lakeshore.model import (
     now,
 )
 from lakeshore.providers import ExitCallback
+from lakeshore.providers.base import AccessFor
 from lakeshore.store.memory import InMemoryStore
 
 T = TypeVar("T")
@@ -124,8 +126,10 @@ class RecordingBackend:
     def __init__(self, on_exit: ExitCallback, refuse: LakeshoreError | None = None) -> None:
         self._on_exit = on_exit
         self.refuse = refuse
-        self.checked: list[tuple[str, str]] = []
+        self.checked: list[str] = []
         self.launches: list[list[Worker]] = []
+        #: the NATS access each launched daemon was handed, by worker id
+        self.access: dict[str, DaemonAccess] = {}
         self.running: dict[str, Worker] = {}
         self.stops: list[str] = []
         self.closed = False
@@ -134,13 +138,14 @@ class RecordingBackend:
     def launched(self) -> list[Worker]:
         return [w for batch in self.launches for w in batch]
 
-    def check_launch(self, provider: Provider, nats_url: str) -> None:
-        self.checked.append((provider.name, nats_url))
+    def check_launch(self, provider: Provider) -> None:
+        self.checked.append(provider.name)
         if self.refuse is not None:
             raise self.refuse
 
-    async def launch(self, workers: list[Worker], nats_url: str) -> None:
+    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
         self.launches.append(list(workers))
+        self.access.update((w.id, access(w)) for w in workers)
         self.running.update((w.id, w) for w in workers)
 
     def daemons(self) -> list[Worker]:

@@ -66,7 +66,11 @@ async def test_a_launch_has_the_rows_made_then_the_backend_start_them(
         == (STARTING, ["a", "b"], {"gpu": "1"}, "local", False)
         for w in launched.workers
     )
-    assert backend.checked == [("local", NATS_URL)]
+    assert backend.checked == ["local"]
+    for w in launched.workers:  # each daemon is handed its own NATS access
+        given = backend.access[w.id]
+        assert (given.nats_url, given.worker_id) == (NATS_URL, w.id)
+        assert given.credential == f"credential-of-{w.id}-in-default"
     assert backend.launches == [launched.workers]
     assert await registry.ask(ListWorkers(NS)) == launched.workers
     assert [w.name for w in await store.list_workers(NS)] == names
@@ -156,7 +160,7 @@ async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(
 ) -> None:
     body = ProviderCreate(name="by-hand", kind=ProviderKind.EXTERNAL)
     await launcher.ask(AddProvider(NS, body))
-    with pytest.raises(Conflict, match="`lakeshore daemon run --nats-url nats://test.invalid"):
+    with pytest.raises(Conflict, match="`lakeshore daemon run --api API_URL --token TOKEN"):
         await launcher.ask(launch("d", provider="by-hand"))
     assert await registry.ask(ListWorkers()) == []
     assert backend.launches == []
@@ -168,7 +172,7 @@ async def test_a_stored_local_provider_launches_on_the_local_backend(
     await launcher.ask(AddProvider(NS, ProviderCreate(name="rack-2", kind=ProviderKind.LOCAL)))
     [w] = (await launcher.ask(launch("d", provider="rack-2"))).workers
     assert w.provider == "rack-2"
-    assert backend.checked == [("rack-2", NATS_URL)]
+    assert backend.checked == ["rack-2"]
 
 
 async def test_a_name_held_by_a_live_worker_refuses_the_whole_launch(

@@ -157,7 +157,7 @@ async def test_submit_with_priority_picks_the_level(cli, api, js):
         (["--queue", "q", "--fn", "m:f", "--kwargs", "[1]"], "must be a JSON object"),
         (["--queue", "q", "--args", "[1]", "--", "echo"], "--args and --kwargs go with --fn"),
         (["--queue", "q", "--fn", "m:f", "--env", "A=1"], "--env is for commands"),
-        (["--queue", "q", "--env", "A", "--", "echo"], "expected KEY=VALUE, got 'A'"),
+        (["--queue", "q", "--env", "A", "--", "echo"], "expected KEY=VALUE, got item 1"),
         (["--queue", "q", "--priority", "10", "--", "echo"], "10 is not in the range 0<=x<=9"),
         (["--queue", "q", "--timeout", "0", "--", "echo"], "--timeout"),
         (["--", "echo"], "Missing option '--queue'"),

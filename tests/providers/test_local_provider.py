@@ -9,16 +9,19 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from lakeshore.model import Worker, now
+from lakeshore.model import DaemonAccess, Worker, now
 from lakeshore.providers import LocalProvider, daemon_argv
+from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
 FAKE = Path(__file__).with_name("fake_daemon.py")
 WAIT_S = 20.0
 NATS = "nats://127.0.0.1:4222"
+CA = "-----BEGIN CERTIFICATE-----\nnot a real one\n-----END CERTIFICATE-----\n"
 
 
 @dataclass
@@ -30,11 +33,19 @@ class Exit:
 
 
 @dataclass
+class Report:
+    """What a stand-in daemon sends once it runs: its flags and its NATS environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
 class Bench:
     """A readiness server the stand-in daemons report to, and the exits reported."""
 
     port: int
-    ready: asyncio.Queue[list[str]] = field(default_factory=asyncio.Queue)
+    ready: asyncio.Queue[Report] = field(default_factory=asyncio.Queue)
     exits: asyncio.Queue[Exit] = field(default_factory=asyncio.Queue)
 
     def command(self, mode: str) -> list[str]:
@@ -43,7 +54,7 @@ class Bench:
     def on_exit(self, worker: Worker, code: int | None, reason: str, requested: bool) -> None:
         self.exits.put_nowait(Exit(worker, code, reason, requested))
 
-    async def next_ready(self) -> list[str]:
+    async def next_ready(self) -> Report:
         async with asyncio.timeout(WAIT_S):
             return await self.ready.get()
 
@@ -54,10 +65,10 @@ class Bench:
 
 @pytest.fixture
 async def bench() -> AsyncIterator[Bench]:
-    ready: asyncio.Queue[list[str]] = asyncio.Queue()
+    ready: asyncio.Queue[Report] = asyncio.Queue()
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        ready.put_nowait(json.loads(await reader.readline()))
+        ready.put_nowait(Report(**json.loads(await reader.readline())))
         writer.close()
         await writer.wait_closed()
 
@@ -81,6 +92,17 @@ def worker(name: str, queues: list[str] | None = None, **labels: str) -> Worker:
     )
 
 
+def access(worker: Worker, ca_pem: str | None = None) -> DaemonAccess:
+    return DaemonAccess(
+        worker_id=worker.id,
+        namespace=worker.namespace,
+        nats_url=NATS,
+        credential=f"secret-of-{worker.id}",
+        expires_at=now() + timedelta(hours=1),
+        ca_pem=ca_pem,
+    )
+
+
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -92,8 +114,8 @@ def gone(pid: int) -> bool:
 async def test_one_process_per_worker_with_its_flags_and_its_own_log(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("drain"))
     rows = [worker("prep-00", ["cpu-prep", "eval"], gpu="a100"), worker("prep-01")]
-    await provider.launch(rows, NATS)
-    got = sorted([await bench.next_ready(), await bench.next_ready()])
+    await provider.launch(rows, access)
+    got = sorted([(await bench.next_ready()).argv, (await bench.next_ready()).argv])
     assert got == sorted(daemon_argv([], w, NATS) for w in rows)
     assert got[0] == [
         "--id", "w-prep-00", "--name", "prep-00", "--namespace", "bob",
@@ -113,9 +135,28 @@ async def test_one_process_per_worker_with_its_flags_and_its_own_log(bench, tmp_
     assert all(pid is not None and gone(pid) for pid in pids)
 
 
+async def test_each_daemon_gets_its_credential_in_its_environment_not_its_command_line(
+    bench, tmp_path, monkeypatch
+):
+    # A CA the control plane itself was given must not reach a daemon whose NATS has none.
+    monkeypatch.setenv(CA_ENV, "the control plane's own")
+    provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("drain"))
+    rows = [worker("tls-00"), worker("plain-00")]
+    await provider.launch(rows, lambda w: access(w, CA if w.name == "tls-00" else None))
+    reports = [await bench.next_ready(), await bench.next_ready()]
+    by_id = {r.argv[r.argv.index("--id") + 1]: r for r in reports}
+    assert by_id["w-tls-00"].env == {CREDENTIAL_ENV: "secret-of-w-tls-00", CA_ENV: CA}
+    assert by_id["w-plain-00"].env == {CREDENTIAL_ENV: "secret-of-w-plain-00"}
+    for report in reports:
+        assert not any("secret-of-" in arg for arg in report.argv)
+    for w in rows:
+        assert "secret-of-" not in provider.log_path(w).read_text()
+    await provider.close()
+
+
 async def test_a_daemon_that_exits_on_its_own_is_reported_with_code_and_output(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("crash"))
-    await provider.launch([worker("doomed")], NATS)
+    await provider.launch([worker("doomed")], access)
     exit_ = await bench.next_exit()
     assert (exit_.worker.name, exit_.code, exit_.requested) == ("doomed", 3, False)
     assert "exited with code 3" in exit_.reason
@@ -128,7 +169,7 @@ async def test_stop_sends_sigterm_then_sigkill_after_the_bound(bench, tmp_path):
     provider = LocalProvider(
         tmp_path, bench.on_exit, command=bench.command("deaf"), stop_timeout_s=0.2
     )
-    await provider.launch([worker("stubborn")], NATS)
+    await provider.launch([worker("stubborn")], access)
     await bench.next_ready()
     assert await provider.stop("w-stubborn") is True
     assert await provider.stop("w-nobody") is False
@@ -142,7 +183,7 @@ async def test_close_kills_what_sigterm_did_not_end_within_the_bound(bench, tmp_
     provider = LocalProvider(
         tmp_path, bench.on_exit, command=bench.command("deaf"), close_timeout_s=0.2
     )
-    await provider.launch([worker("a"), worker("b")], NATS)
+    await provider.launch([worker("a"), worker("b")], access)
     await bench.next_ready()
     await bench.next_ready()
     pids = [provider.pid("w-a"), provider.pid("w-b")]
@@ -155,7 +196,7 @@ async def test_close_kills_what_sigterm_did_not_end_within_the_bound(bench, tmp_
 
 async def test_a_command_that_cannot_start_is_reported_not_raised(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=[str(tmp_path / "no-such-binary")])
-    await provider.launch([worker("ghost")], NATS)
+    await provider.launch([worker("ghost")], access)
     exit_ = bench.exits.get_nowait()
     assert (exit_.worker.name, exit_.code, exit_.requested) == ("ghost", None, False)
     assert exit_.reason.startswith("could not start:")

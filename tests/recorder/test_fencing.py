@@ -216,12 +216,10 @@ CLAIMANT_CASES = {
         InvocationState.RUNNING,
     ),
     "a retried attempt's next claim names the next claimant": (
-        [(C, 1, "a"), (ST, 1, "a"), (RETRY, 1, "a"), (C, 2, "b"), (ST, 2, "b"), (OK, 2, "a"),
-         (OK, 2, "b")],
-        ["claimed", "started", "retrying", "claimed", "started", "stale:succeeded",
-         "succeeded"],
+        [(C, 1, "a"), (ST, 1, "a"), (RETRY, 1, "a"), (C, 2, "b"), (OK, 2, "a"), (OK, 2, "b")],
+        ["claimed", "started", "retrying", "claimed", "stale:succeeded", "succeeded"],
         InvocationState.SUCCEEDED,
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -9,7 +9,7 @@ import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import nats
+import natsauth
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -209,9 +209,9 @@ def test_default_hosts_names_this_machine_and_fit_a_certificate(tmp_path: Path) 
             assert host.lower().rstrip(".") in dns
 
 
-def test_client_context_without_a_readable_ca_is_invalid(tmp_path: Path) -> None:
-    with pytest.raises(Invalid, match="missing.pem"):
-        client_ssl_context(tmp_path / "missing.pem")
+def test_client_context_without_a_usable_ca_is_invalid() -> None:
+    with pytest.raises(Invalid, match="cannot load the NATS CA certificate"):
+        client_ssl_context("-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----\n")
 
 
 async def _serve_tls(files: TlsFiles) -> asyncio.Server:
@@ -233,7 +233,7 @@ async def test_tls_handshake_verifies_against_the_generated_ca(
     tmp_path: Path, server_hostname: str, strict: bool
 ) -> None:
     files = ensure_server_tls(tmp_path, HOSTS)
-    context = client_ssl_context(files.ca)
+    context = client_ssl_context(files.ca.read_text())
     if strict:  # Python 3.13's default; requires key identifiers and key usage
         context.verify_flags |= ssl.VERIFY_X509_STRICT
     server = await _serve_tls(files)
@@ -262,7 +262,10 @@ async def test_client_trusting_another_ca_refuses_the_server(tmp_path: Path) -> 
         async with asyncio.timeout(WAIT_S):
             with pytest.raises(ssl.SSLCertVerificationError):
                 await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=client_ssl_context(other.ca), server_hostname="localhost"
+                    "127.0.0.1",
+                    port,
+                    ssl=client_ssl_context(other.ca.read_text()),
+                    server_hostname="localhost",
                 )
     finally:
         server.close()
@@ -273,13 +276,12 @@ async def test_nats_server_speaks_only_tls_with_these_files(
     tmp_path: Path, nats_server_factory
 ) -> None:
     files = ensure_server_tls(tmp_path / "tls", HOSTS)
-    conf = tmp_path / "nats.conf"
-    conf.write_text(f'tls {{\n  cert_file: "{files.cert}"\n  key_file: "{files.key}"\n}}\n')
-    server = await nats_server_factory(extra_args=["-c", str(conf)])
+    conf = natsauth.server_config(tmp_path / "nats.conf", tls=(files.cert, files.key))
+    server = await nats_server_factory(config_file=conf)
 
-    nc = await nats.connect(
+    nc = await natsauth.plane_nats(
         server.url,
-        tls=client_ssl_context(files.ca),
+        tls=client_ssl_context(files.ca.read_text()),
         tls_hostname="127.0.0.1",
         allow_reconnect=False,
         connect_timeout=WAIT_S,
@@ -292,13 +294,6 @@ async def test_nats_server_speaks_only_tls_with_these_files(
     finally:
         await nc.close()
 
-    async with asyncio.timeout(WAIT_S):
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        info = await reader.readline()
-        writer.write(b'CONNECT {"verbose":false}\r\nPING\r\n')
-        await writer.drain()
-        answer = await reader.read()
-        writer.close()
-        await writer.wait_closed()
+    info, answer = await natsauth.plain_text_answer("127.0.0.1", server.port, WAIT_S)
     assert b'"tls_required":true' in info
     assert b"PONG" not in answer

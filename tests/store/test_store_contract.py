@@ -439,27 +439,27 @@ async def test_fences_hold_the_claims_of_the_epochs_not_below_the_started_one(
     await store.append_invocation_events(
         [
             _ev("inv", "submitted"),
-            _ev("inv", "claimed", 1, i=1, worker="w-a"), _ev("inv", "started", 1, i=2, worker="w-a"),
-            _ev("inv", "claimed", 2, i=3, worker="w-b"), _ev("inv", "claimed", 2, i=4, worker="w-b"),
-            _ev("inv", "claimed", 3, i=5, worker="w-d"), _ev("inv", "claimed", 3, i=6, worker="w-c"),
-            _ev("inv", "claimed", 3, i=7), _ev("inv", "stale", 3, i=8, worker="w-x"),
-            _ev("inv", "succeeded", 3, i=9, namespace="other", worker="w-y"),
+            _ev("inv", "claimed", 1, i=1, worker="a"), _ev("inv", "started", 1, i=2, worker="a"),
+            _ev("inv", "claimed", 2, i=3, worker="b"), _ev("inv", "claimed", 2, i=4, worker="b"),
+            _ev("inv", "claimed", 3, i=5, worker="d"), _ev("inv", "claimed", 3, i=6, worker="c"),
+            _ev("inv", "claimed", 3, i=7), _ev("inv", "stale", 3, i=8, worker="x"),
+            _ev("inv", "succeeded", 3, i=9, namespace="other", worker="y"),
         ]
     )  # fmt: skip
-    claims = ((1, "w-a"), (2, "w-b"), (3, "w-c"), (3, "w-d"))
+    claims = ((1, "a"), (2, "b"), (3, "c"), (3, "d"))
     running = {("team", "inv"): Fence(1, 3 * 8 + 1, None, claims)}
     assert await store.fences(["inv"]) == {
         **running,
         ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
     }
     assert await store.unfinished_fences() == running
-    await store.append_invocation_events([_ev("inv", "started", 3, i=10, worker="w-c")])
-    started = Fence(3, 3 * 8 + 2, None, ((3, "w-c"), (3, "w-d")))
+    await store.append_invocation_events([_ev("inv", "started", 3, i=10, worker="c")])
+    started = Fence(3, 3 * 8 + 2, None, ((3, "c"), (3, "d")))
     assert await store.fences(["inv"]) == {
         ("team", "inv"): started,
         ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
     }
-    await store.append_invocation_events([_ev("inv", "failed", 3, i=11, worker="w-c")])
+    await store.append_invocation_events([_ev("inv", "failed", 3, i=11, worker="c")])
     assert (await store.fences(["inv"]))[("team", "inv")] == started._replace(
         terminal=InvocationState.FAILED
     )

@@ -1,0 +1,324 @@
+"""The closed bus, probed: every probe of spec/security.md, by a client without credentials,
+with another org's credentials and with another daemon's of the same org, against a real
+control plane on a real nats-server with the auth callout on.
+
+Each probe must be refused — the connection is refused, NATS reports a permissions
+violation, or the Recorder fences the event (recorded ``stale``) — and nothing changes:
+the streams' messages, the results, the worker rows and every job's state are compared
+before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NatsClient
+from natsauth import plane_nats
+from polling import eventually
+
+from lakeshore.bus import codec, subjects
+from lakeshore.daemon import DaemonSettings, Running, run_daemon
+from lakeshore.model import (
+    DaemonAccess,
+    DaemonControl,
+    EventBatch,
+    EventType,
+    FastSubmit,
+    Heartbeat,
+    InvocationEvent,
+    Result,
+    WorkerRegister,
+    WorkerStatus,
+    now,
+)
+from lakeshore.security.grants import DAEMON_USER, PRODUCER_USER, daemon_inbox, producer_inbox
+
+WAIT_S = 15.0
+#: How long a refused request is given to be answered anyway (it never is).
+REFUSED_S = 0.3
+NS, RIVAL_NS, RIVAL_ORG = "default", "rival", "rivalorg"
+Q = f"/v1/namespaces/{NS}/queues"
+SECRET = "AKIA-s3cr3t-value-never-shown"
+
+
+@dataclass
+class Client:
+    """One probing connection and the errors NATS sent it."""
+
+    who: str
+    nc: Any
+    errors: list[str] = field(default_factory=list)
+
+    def refused(self) -> bool:
+        return any("permissions violation" in e.lower() for e in self.errors)
+
+
+@dataclass
+class World:
+    plane: Any
+    api: Any
+    url: str
+    a: Running  # the daemon whose job runs
+    busy_job: str  # claimed by a, running
+    done_job: str  # succeeded, its result stored
+    pending_job: str  # in queue "secret", with SECRET in its env
+    rival_token: str
+    peer_token: str
+    clients: list[Client] = field(default_factory=list)
+
+    async def join(self, token: str, namespace: str) -> DaemonAccess:
+        status, body = await self.api.request(
+            "POST", f"/v1/namespaces/{namespace}/daemons/join", json={}, token=token
+        )
+        assert status == 200, body
+        return msgspec.convert(body, DaemonAccess)
+
+    async def as_daemon(self, access: DaemonAccess, who: str) -> Client:
+        return await self._connect(
+            who,
+            user=DAEMON_USER,
+            password=access.credential,
+            inbox_prefix=daemon_inbox(access.namespace, access.worker_id),
+        )
+
+    async def as_producer(self, token: str, who: str) -> Client:
+        nonce = secrets.token_urlsafe(16)
+        return await self._connect(
+            who,
+            user=f"{PRODUCER_USER}/{nonce}",
+            password=token,
+            inbox_prefix=producer_inbox(nonce),
+        )
+
+    async def _connect(self, who: str, **options: Any) -> Client:
+        client = Client(who, None)
+
+        async def on_error(e: Exception) -> None:
+            client.errors.append(str(e))
+
+        client.nc = await nats.connect(
+            self.url, allow_reconnect=False, error_cb=on_error, **options
+        )
+        self.clients.append(client)
+        return client
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Everything a probe must not change."""
+        nc = await plane_nats(self.url)
+        try:
+            js = nc.jetstream()
+            streams = {}
+            for q in ("secret", "busy"):
+                info = await js.stream_info(subjects.queue_stream(NS, q))
+                streams[q] = (info.state.messages, info.state.last_seq)
+            results = (await js.stream_info("KV_" + subjects.RESULTS_BUCKET)).state.messages
+        finally:
+            await nc.close()
+        workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
+        jobs = (await self.api.get(f"/v1/namespaces/{NS}/jobs?limit=100"))[1]["jobs"]
+        return {
+            "streams": streams,
+            "results": results,
+            # a live daemon moves between idle and busy by itself; retired, stopped or lost
+            # is what a probe could have caused
+            "workers": sorted(
+                (w["id"], w["name"], w["status"] in ("idle", "busy")) for w in workers
+            ),
+            "jobs": sorted((j["id"], j["state"], j.get("worker")) for j in jobs),
+        }
+
+
+@pytest.fixture
+async def world(control_plane, api) -> AsyncIterator[World]:
+    plane = control_plane.plane
+    for ns, org in ((RIVAL_NS, RIVAL_ORG),):
+        status, body = await api.post("/v1/namespaces", {"name": ns, "org": org})
+        assert status == 201, body
+    rival_token = (await api.post(f"/v1/namespaces/{RIVAL_NS}/tokens", {}))[1]["token"]
+    peer_token = (await api.post(f"/v1/namespaces/{NS}/tokens", {}))[1]["token"]
+    for q in ("secret", "busy"):
+        assert (await api.post(Q, {"name": q}))[0] == 201
+
+    status, body = await api.post(f"/v1/namespaces/{NS}/daemons/join", {})
+    assert status == 200, body
+    access = msgspec.convert(body, DaemonAccess)
+    settings = DaemonSettings(
+        access=access,
+        name="probed",
+        queues=["busy"],
+        concurrency=2,
+        heartbeat_s=0.2,
+        drain_timeout_s=0.5,
+    )
+    stop = asyncio.Event()
+    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        run_daemon(settings, stop, environ={}, on_ready=ready.set_result), name="probed"
+    )
+    a = await asyncio.wait_for(ready, WAIT_S)
+
+    async def submit(queue: str, spec: dict[str, Any]) -> str:
+        status, body = await api.post(f"{Q}/{queue}/invocations", {"invocations": [spec]})
+        assert status == 202, body
+        return body["ids"][0]
+
+    async def state(job: str) -> str:
+        return (await api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["state"]
+
+    done_job = await submit("busy", {"command": [sys.executable, "-c", "print('done')"]})
+    await eventually(lambda: state(done_job), until=lambda s: s == "succeeded", timeout_s=WAIT_S)
+    busy_job = await submit("busy", {"command": ["sleep", "60"]})
+    await eventually(lambda: state(busy_job), until=lambda s: s == "running", timeout_s=WAIT_S)
+    pending_job = await submit(
+        "secret", {"command": ["true"], "env": {"AWS_SECRET_ACCESS_KEY": SECRET}}
+    )
+    w = World(
+        plane, api, plane.nats_url, a, busy_job, done_job, pending_job, rival_token, peer_token
+    )
+    try:
+        yield w
+    finally:
+        for client in w.clients:
+            with contextlib.suppress(Exception):
+                await client.nc.close()
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
+
+
+async def _refused(client: Client, subject: str, data: bytes = b"") -> None:
+    """A request the server must refuse with a permissions violation (no answer comes)."""
+    with pytest.raises((nats.errors.TimeoutError, nats.errors.NoRespondersError)):
+        await client.nc.request(subject, data, timeout=REFUSED_S)
+    await eventually(
+        lambda: client.refused(), until=bool, timeout_s=WAIT_S, what=f"{subject} refused"
+    )
+
+
+async def _identities(world: World) -> dict[str, Client]:
+    """The three kinds of prober: another org's daemon and producer, a peer daemon."""
+    rival = await world.join(world.rival_token, RIVAL_NS)
+    peer = await world.join(world.peer_token, NS)
+    return {
+        "rival daemon": await world.as_daemon(rival, "rival daemon"),
+        "rival producer": await world.as_producer(world.rival_token, "rival producer"),
+        "peer daemon": await world.as_daemon(peer, "peer daemon"),
+    }
+
+
+def _event(world: World, kind: EventType, worker: str, job: str, epoch: int) -> bytes:
+    ev = InvocationEvent(
+        namespace=NS, queue="busy", invocation_id=job, ts=now(), type=kind,
+        attempt=epoch, worker=worker, epoch=epoch,
+        detail={"exit_code": 0} if kind is EventType.SUCCEEDED else {"error": "forged"},
+    )  # fmt: skip
+    return codec.encode(EventBatch(events=[ev]))
+
+
+async def test_no_credentials_no_connection(world: World) -> None:
+    before = await world.snapshot()
+    for options in ({}, {"user": "daemon", "password": "forged"}, {"token": "lsk_guess"}):
+        nc = NatsClient()
+        try:
+            with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+                await nc.connect(world.url, allow_reconnect=False, connect_timeout=5, **options)
+        finally:
+            await nc.close()
+    assert await world.snapshot() == before
+
+
+async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world: World) -> None:
+    before = await world.snapshot()
+    probers = await _identities(world)
+    a_id = world.a.worker.id
+    busy_stream = subjects.queue_stream(NS, "busy")
+    secret_stream = subjects.queue_stream(NS, "secret")
+    result_key = subjects.result_key(NS, world.done_job, 1)
+
+    for who, client in probers.items():
+        # list streams
+        await _refused(client, "$JS.API.STREAM.NAMES")
+        client.errors.clear()
+        # retire or cancel another daemon
+        await client.nc.publish(
+            subjects.daemon_control_subject(NS, a_id), codec.encode(DaemonControl(retire=True))
+        )
+        await client.nc.flush()
+        await eventually(lambda c=client: c.refused(), until=bool, timeout_s=WAIT_S, what=who)
+        client.errors.clear()
+        # register a worker as another daemon
+        reg = WorkerRegister(namespace=NS, name="impostor", id=a_id)
+        await _refused(client, subjects.register_subject(NS, a_id), codec.encode(reg))
+        client.errors.clear()
+        # heartbeat as another daemon
+        hb = Heartbeat(worker_id=a_id, namespace=NS, status=WorkerStatus.STOPPED, ts=now())
+        await _refused(client, subjects.heartbeat_subject(NS, a_id), codec.encode(hb))
+        client.errors.clear()
+        # forge a completion as the daemon that claimed the job
+        forged = _event(world, EventType.SUCCEEDED, a_id, world.busy_job, 1)
+        await _refused(client, subjects.event_subject(NS, "busy", a_id), forged)
+        client.errors.clear()
+        # read another org's (or, for a peer, the other daemon's) result ... and put one
+        await _refused(client, f"$JS.API.DIRECT.GET.KV_{subjects.RESULTS_BUCKET}.$KV."
+                       f"{subjects.RESULTS_BUCKET}.{result_key}")  # fmt: skip
+        client.errors.clear()
+
+    for who in ("rival daemon", "rival producer"):
+        client = probers[who]
+        # read a pending invocation of another org (it carries SECRET in its env)
+        await _refused(client, f"$JS.API.CONSUMER.MSG.NEXT.{secret_stream}.p0", b'{"batch":1}')
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.MSG.GET.{secret_stream}", b'{"seq":1}')
+        client.errors.clear()
+        # forge a result of another org's job
+        fake = codec.encode(Result(id=world.busy_job, ok=True, worker=who, epoch=1))
+        await _refused(client, subjects.result_subject(NS, world.busy_job, 1), fake)
+        client.errors.clear()
+        # ack (delete) another org's claimed message
+        await _refused(client, f"$JS.ACK.{busy_stream}.p0.1.2.2.0.0", b"+ACK")
+        client.errors.clear()
+        # submit to another org's queue through the fast path (with its own token)
+        body = FastSubmit(token=world.rival_token, invocations=[{"command": ["true"]}])
+        await _refused(client, subjects.submit_subject(NS, "secret"), codec.encode(body))
+        client.errors.clear()
+        # a forged event of another org as itself
+        forged = _event(world, EventType.FAILED, who, world.busy_job, 2)
+        await _refused(client, subjects.event_subject(NS, "busy", "rival"), forged)
+        client.errors.clear()
+
+    after = await world.snapshot()
+    assert after == before
+    assert (await world.api.get(f"/v1/namespaces/{NS}/jobs/{world.busy_job}"))[1]["state"] == (
+        "running"
+    )
+
+
+async def test_a_peer_daemon_cannot_complete_a_job_another_daemon_claimed(world: World) -> None:
+    peer_access = await world.join(world.peer_token, NS)
+    peer = await world.as_daemon(peer_access, "peer daemon")
+    a_id = world.a.worker.id
+    js = peer.nc.jetstream()
+    own = subjects.event_subject(NS, "busy", peer_access.worker_id)
+    # As itself, for the attempt daemon a claimed: fenced, recorded as stale.
+    await js.publish(own, _event(world, EventType.SUCCEEDED, peer_access.worker_id,
+                                 world.busy_job, 1))  # fmt: skip
+    # As daemon a, on its own subject: the feed drops it (not its publisher's).
+    await js.publish(own, _event(world, EventType.FAILED, a_id, world.busy_job, 1))
+
+    async def job() -> dict[str, Any]:
+        return (await world.api.get(f"/v1/namespaces/{NS}/jobs/{world.busy_job}"))[1]
+
+    shown = await eventually(
+        job, until=lambda j: j["stale"] >= 1, timeout_s=WAIT_S, what="the forgery fenced"
+    )
+    assert shown["stale"] == 1  # the second forgery never reached the Recorder
+    assert (shown["state"], shown["worker"]) == ("running", a_id)
