@@ -158,9 +158,10 @@ class NatsServer:
     """A nats-server child process with JetStream, owned by this object.
 
     One object runs one process: ``start()`` once, ``stop()`` any number of times. Use it as
-    ``async with NatsServer(store_dir) as server: ...``. After ``start()`` a task owned by
-    the object drains the server's output into this module's logger (DEBUG; WARNING/ERROR for
-    ``[WRN]``/``[ERR]``/``[FTL]`` lines), so the pipe never fills and blocks the server.
+    ``async with NatsServer(store_dir, config_file=conf) as server: ...``. After ``start()``
+    a task owned by the object drains the server's output into this module's logger
+    (DEBUG; WARNING/ERROR for ``[WRN]``/``[ERR]``/``[FTL]`` lines), so the pipe never fills
+    and blocks the server.
 
     Args:
         store_dir: JetStream store directory (``-sd``); created by the server if missing.

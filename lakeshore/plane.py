@@ -77,6 +77,8 @@ class Parts:
     #: the launcher's backends, one per provider kind
     providers: dict[ProviderKind, Backend]
     services: Services
+    #: who is connected to NATS as whom; cuts revoked tokens off
+    sessions: Sessions
 
 
 class ControlPlane:
@@ -217,7 +219,7 @@ class ControlPlane:
         return Parts(
             bus=bus, events=events, store=store, access=gate, runtime=runtime,
             recorder=recorder, workers=workers, launcher=launcher, controller=controller,
-            directory=directory, providers=providers, services=services,
+            directory=directory, providers=providers, services=services, sessions=sessions,
         )  # fmt: skip
 
     async def serve(self) -> str:

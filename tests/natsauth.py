@@ -24,6 +24,7 @@ from lakeshore.model import DaemonAccess
 from lakeshore.providers.local import daemon_env as provider_env
 from lakeshore.security import serverauth
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
+from lakeshore.security.natsd import SECRETS_FILE
 from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
 
 SECRETS_ENV = "LAKESHORE_NATS_AUTH_FILE"
@@ -41,6 +42,15 @@ def install() -> Path:
 
 def secrets_file() -> Path:
     return Path(os.environ[SECRETS_ENV])
+
+
+def seed(data_dir: Path) -> None:
+    """Give a ``lakeshore server`` with an embedded NATS the session's secrets (it keeps
+    the secrets it finds in its data dir), so the suite's helpers can log in to it."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target = data_dir / SECRETS_FILE
+    if not target.exists():
+        serverauth.write_private(target, secrets_file().read_bytes())
 
 
 def secrets() -> NatsSecrets:

@@ -14,9 +14,9 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import natsauth
 import pytest
 import pytest_asyncio
-import natsauth
 from natsauth import plane_nats
 
 from lakeshore.actors.workers import Beat, Register

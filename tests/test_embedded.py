@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import natsauth
 import nats
+import natsauth
 import pytest
 
 from lakeshore.embedded import (

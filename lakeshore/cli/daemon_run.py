@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import sys
-
 from datetime import UTC, datetime
 
 import click

@@ -36,6 +36,24 @@ from lakeshore.errors import LakeshoreError
     help="Client port of the embedded NATS [default: 4222; 0: any].",
 )
 @click.option(
+    "--nats-host",
+    default=None,
+    help="Address the embedded NATS listens on; beyond loopback it speaks TLS only, with a "
+    "CA generated into the data dir [default: 127.0.0.1].",
+)
+@click.option(
+    "--nats-auth-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --nats-url: the control plane's NATS secrets (`lakeshore nats config`).",
+)
+@click.option(
+    "--nats-ca-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --nats-url: the CA that signs the NATS servers' certificates.",
+)
+@click.option(
     "--replicas",
     type=click.IntRange(1, 5),
     default=None,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lakeshore.bus.work import WorkBus
-from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.claimer import Claimer
+from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, StopNow
 from lakeshore.daemon.events import EventPublisher
 from lakeshore.daemon.heartbeat import Heartbeater

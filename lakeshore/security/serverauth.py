@@ -96,7 +96,7 @@ def write_private(path: Path, data: bytes) -> None:
 
 def auth_config(found: NatsSecrets) -> str:
     """The accounts and the auth callout, to put in (or include from) a server's config."""
-    return f"""# Lakeshore: every connection but the control plane's is authorised by its auth callout.
+    return f"""# Lakeshore: every connection but the control plane's goes through its auth callout.
 accounts {{
   {ACCOUNT}: {{
     jetstream: enabled

@@ -15,16 +15,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import natsauth
 import pytest
 from nats.js import errors as jse
-from natsauth import plane_nats
 
 from lakeshore.bus import codec, subjects
+from lakeshore.bus.connection import NatsLogin
 from lakeshore.bus.events import EventFeed
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.bus.nats import NatsBus
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.model import Result
+from lakeshore.security.serverauth import PLANE_USER
 
 #: Every wait of these tests is bounded by this (seconds).
 WAIT_S = 10.0
@@ -53,13 +55,14 @@ async def bus(request: pytest.FixtureRequest, ns: str) -> AsyncIterator[Bus]:
         return
     # Only the nats runs need the session server; `-k memory` never starts one.
     url = request.getfixturevalue("nats_server").url
-    real = await NatsBus.connect(url)
+    login = NatsLogin(user=PLANE_USER, password=natsauth.secrets().plane_password)
+    real = await NatsBus.connect(url, login)
     try:
         yield real
     finally:
         await real.close()
         # Its own connection: the test may have closed the bus.
-        nc = await plane_nats(url)
+        nc = await natsauth.plane_nats(url)
         try:
             js = nc.jetstream()
             for info in await js.streams_info():

@@ -99,8 +99,9 @@ async def test_an_external_provider_refuses_with_the_daemon_run_hint(cli, contro
     result = await cli(
         "daemon", "launch", "--provider", "my-ec2", "--name", "x", "--wait", expect=API_ERROR
     )
-    nats_url = control_plane.plane.nats_url
-    assert f"lakeshore daemon run --nats-url {nats_url}" in " ".join(result.stderr.split())
+    hint = " ".join(result.stderr.split())
+    assert "lakeshore daemon run --api API_URL --token TOKEN" in hint
+    assert "--namespace default --provider my-ec2" in hint
     assert await workers(control_plane) == {}
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
 
+import natsauth
 import pytest_asyncio
 
 HERE = Path(__file__).resolve().parent
@@ -24,8 +24,11 @@ class Daemons:
     ) -> None:
         """``lakeshore daemon run`` on ``queue``, with ``env`` over the environment (a slow
         machine, a skewed clock)."""
+        # Handed its credential as the control plane's local provider does.
+        access = natsauth.daemon_access(self.nats_url)
         env = {
-            **os.environ, "PYTHONPATH": str(HERE), "FAULTS_RUNS": str(self.runs), **(env or {})
+            **natsauth.daemon_env(access), "PYTHONPATH": str(HERE), "FAULTS_RUNS": str(self.runs),
+            **(env or {}),
         }  # fmt: skip
         self.procs[name] = await asyncio.create_subprocess_exec(
             LAKESHORE,
@@ -33,6 +36,10 @@ class Daemons:
             "run",
             "--nats-url",
             self.nats_url,
+            "--id",
+            access.worker_id,
+            "--namespace",
+            access.namespace,
             "--queue",
             queue,
             "--name",

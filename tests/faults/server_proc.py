@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import aiohttp
+import natsauth
 from polling import eventually
 
 LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
@@ -55,6 +56,10 @@ class ServerProc:
     async def start(self) -> float:
         """Start and wait until ready; returns how long that took (seconds)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESHORE_")}
+        # The suite's NATS secrets: for a NATS of the suite's, or seeded into the data dir
+        # for the embedded one.
+        env[natsauth.SECRETS_ENV] = str(natsauth.secrets_file())
+        natsauth.seed(self.data_dir)
         if self.faults:
             env["LAKESHORE_FAULT_POINTS"] = self.faults
         nats = ["--nats-url", self.nats_url_flag] if self.nats_url_flag else ["--nats-port", "0"]

@@ -14,6 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import natsauth
+
 LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
 
 
@@ -35,7 +37,7 @@ class ServerProcess:
         self._drain: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        natsauth.seed(self.data_dir)
         toml = "".join(f"{k} = {v!r}\n" for k, v in self.settings.items()).replace("'", '"')
         (self.data_dir / "server.toml").write_text(toml)
         self.proc = await asyncio.create_subprocess_exec(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+from natsauth import plane_nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, job, runs
 
 Q = f"{NS}/queues"
 STREAM = "LS_default_work"
-from natsauth import plane_nats
 
 
 def _inv(i: int, key: str, **extra) -> dict:

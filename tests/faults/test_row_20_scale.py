@@ -82,8 +82,11 @@ class _Fleet:
     async def register(self) -> None:
         async def one(i: int) -> Worker | None:
             queue = f"q{i % self.queues:05}"
-            reg = WorkerRegister(namespace="default", name=f"sim-{i:04}", queues=[queue])
-            subject = subjects.register_subject("default")
+            # Each simulated daemon speaks for its own id, as a daemon's credential makes it.
+            reg = WorkerRegister(
+                namespace="default", name=f"sim-{i:04}", id=f"w-sim-{i:04}", queues=[queue]
+            )
+            subject = subjects.register_subject("default", f"w-sim-{i:04}")
             return await self._request(i, subject, reg, Worker, self.register_ms)
 
         got = await asyncio.gather(*(one(i) for i in range(DAEMONS)))

@@ -23,6 +23,7 @@ import nats
 import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig
+from natsauth import plane_nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, worker_ids
@@ -30,7 +31,6 @@ from tally import NS, all_finished, worker_ids
 Q = f"{NS}/queues"
 STREAM = "LS_default_work"
 RECOVER_S = 10.0
-from natsauth import plane_nats
 
 
 @contextlib.contextmanager

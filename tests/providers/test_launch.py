@@ -12,7 +12,6 @@ from pathlib import Path
 
 import natsauth
 import pytest
-from natsauth import plane_nats
 
 from lakeshore.actors.launcher import StopDaemon
 from lakeshore.actors.workers import ListWorkers
@@ -37,7 +36,7 @@ async def heartbeats(nats_server) -> AsyncIterator[WaitBeats]:
     flight can miss the cancellation on Python 3.11 (``asyncio.wait_for`` returns a
     result that arrived with the cancel), which would make these tests racy.
     """
-    nc = await plane_nats(nats_server.url)
+    nc = await natsauth.plane_nats(nats_server.url)
     seen: defaultdict[str, asyncio.Event] = defaultdict(asyncio.Event)
     asked: dict[str, str] = {}
 

@@ -162,6 +162,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.submit("x", []),
         c.worker_retire("x"),
         c.daemons_launch(DaemonLaunch(name="x")),
+        c.daemons_join(),
         c.providers_add("x", "local"),
         c.providers_ls(),
         c.providers_show("x"),

@@ -1,0 +1,57 @@
+"""``lakeshore server --nats-host`` beyond loopback: the embedded NATS speaks TLS only, with
+a CA generated into the data dir, and a daemon that joins gets the CA and runs over TLS."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import natsauth
+from polling import eventually
+
+from lakeshore.daemon import DaemonSettings, Running, run_daemon
+from lakeshore.model import DaemonAccess
+
+WAIT_S = 15.0
+
+
+async def test_beyond_loopback_nats_is_tls_only_and_a_joined_daemon_uses_it(plane_factory):
+    handle = await plane_factory(
+        nats_url=None, nats_auth_file=None, nats_host="0.0.0.0", nats_port=0
+    )
+    plane = handle.plane
+    assert (handle.data_dir / "tls" / "ca.pem").is_file()
+    port = int(plane.nats_url.rsplit(":", 1)[1])
+    info, answer = await natsauth.plain_text_answer("127.0.0.1", port)
+    assert b'"tls_required":true' in info and b"PONG" not in answer
+
+    async with handle.client() as api:
+        status, body = await api.post("/v1/namespaces/default/daemons/join", {})
+        assert status == 200, body
+        access = msgspec.convert(body, DaemonAccess)
+        assert access.ca_pem == (handle.data_dir / "tls" / "ca.pem").read_text()
+        # The advertised URL names this host; the test reaches it on loopback, as a daemon
+        # given `--nats-url` would (the certificate names 127.0.0.1 too).
+        access = msgspec.structs.replace(access, nats_url=plane.nats_url)
+        stop = asyncio.Event()
+        ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
+        settings = DaemonSettings(access=access, name="over-tls", heartbeat_s=0.2)
+        task = asyncio.create_task(
+            run_daemon(settings, stop, environ={}, on_ready=ready.set_result)
+        )
+        try:
+            await asyncio.wait_for(ready, WAIT_S)
+            status, body = await api.post(
+                "/v1/namespaces/default/queues/default/invocations",
+                {"invocations": [{"command": ["true"]}]},
+            )
+            assert status == 202, body
+            [job] = body["ids"]
+
+            async def state() -> str:
+                return (await api.get(f"/v1/namespaces/default/jobs/{job}"))[1]["state"]
+
+            await eventually(state, until=lambda s: s == "succeeded", timeout_s=WAIT_S)
+        finally:
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
