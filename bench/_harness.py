@@ -18,6 +18,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats
+from nats.aio.client import Client as NatsClient
+
+from lakeshore.actors.workers import new_worker_id
+from lakeshore.embedded import NatsServer
+from lakeshore.model import DaemonAccess
+from lakeshore.security import serverauth
+from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
+from lakeshore.security.natsd import SECRETS_FILE
+from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
+
 LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -28,6 +39,30 @@ class Server:
     token: str
     nats_url: str
     data_dir: Path
+
+    async def raw_nats(self) -> NatsClient:
+        """A raw nats-py connection to this server's NATS, as its control plane logs in (the
+        raw baselines run on the same closed bus)."""
+        return await plane_nats(self.nats_url, serverauth.load(self.data_dir / SECRETS_FILE))
+
+
+async def plane_nats(url: str, secrets: NatsSecrets) -> NatsClient:
+    """Connect as the control plane's NATS user (every permission)."""
+    return await nats.connect(url, user=PLANE_USER, password=secrets.plane_password)
+
+
+def closed_nats_server(directory: Path) -> tuple[NatsServer, NatsSecrets, Path]:
+    """A nats-server (not started) with the closed bus: ``(server, secrets, secrets file)``."""
+    secrets_file = directory / SECRETS_FILE
+    secrets = serverauth.load_or_create(secrets_file)
+    config = serverauth.write_server_config(directory / "nats.conf", secrets, None)
+    return NatsServer(directory / "nats", config_file=config, port=0), secrets, secrets_file
+
+
+def daemon_access(url: str, secrets: NatsSecrets, namespace: str = "default") -> DaemonAccess:
+    """A daemon's NATS access, minted as the control plane's local provider does."""
+    issuer = DaemonAccessIssuer(secrets.issuer, None, ttl_s=3600, nats_url=url, ca_pem=None)  # type: ignore[arg-type]
+    return issuer.issue(new_worker_id(), namespace, "default", PLANE_TOKEN)
 
 
 @contextlib.asynccontextmanager
@@ -85,8 +120,10 @@ async def daemons(
             LAKESHORE,
             "daemon",
             "run",
-            "--nats-url",
-            srv.nats_url,
+            "--api",
+            srv.api,
+            "--token",
+            srv.token,
             "--queue",
             queue,
             "--name",

@@ -24,15 +24,15 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import nats
+from _harness import closed_nats_server, daemon_access, plane_nats
 from nats.aio.msg import Msg
 
 from lakeshore.bus import codec, subjects
 from lakeshore.config import read_toml
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
-from lakeshore.embedded import NatsServer
 from lakeshore.model import EventBatch, EventType, InvocationSubmit, QueueCreate
 from lakeshore.sdk import Client
+from lakeshore.security.serverauth import NatsSecrets
 
 NS = "default"
 QUEUE = "bench"
@@ -45,10 +45,12 @@ async def submit(client: Client, count: int) -> None:
         await client.submit(QUEUE, batch)
 
 
-async def time_daemon(url: str, client: Client, count: int, concurrency: int) -> float:
+async def time_daemon(
+    url: str, secrets: NatsSecrets, client: Client, count: int, concurrency: int
+) -> float:
     """Seconds one daemon takes to run ``count`` queued no-ops."""
     await submit(client, count)
-    nc = await nats.connect(url)
+    nc = await plane_nats(url, secrets)
     done = asyncio.Event()
     succeeded = 0
 
@@ -59,12 +61,15 @@ async def time_daemon(url: str, client: Client, count: int, concurrency: int) ->
         if succeeded >= count:
             done.set()
 
-    await nc.subscribe(subjects.event_subject(NS, QUEUE), cb=on_events)
+    await nc.subscribe(subjects.event_subject(NS, QUEUE, "*"), cb=on_events)
     await nc.flush()  # the server has the subscription before the first event
     stop = asyncio.Event()
     ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
     settings = DaemonSettings(
-        nats_url=url, name=f"bench-{concurrency}", queues=[QUEUE], concurrency=concurrency
+        access=daemon_access(url, secrets),
+        name=f"bench-{concurrency}",
+        queues=[QUEUE],
+        concurrency=concurrency,
     )
     daemon = asyncio.create_task(
         run_daemon(settings, stop, environ=os.environ, on_ready=ready.set_result)
@@ -83,10 +88,10 @@ async def time_daemon(url: str, client: Client, count: int, concurrency: int) ->
     return elapsed
 
 
-async def time_raw_fetch(url: str, client: Client, count: int) -> float:
+async def time_raw_fetch(url: str, secrets: NatsSecrets, client: Client, count: int) -> float:
     """Seconds raw nats-py takes to fetch(100) and ack ``count`` queued messages."""
     await submit(client, count)
-    nc = await nats.connect(url)
+    nc = await plane_nats(url, secrets)
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe_bind(
@@ -107,25 +112,28 @@ async def time_raw_fetch(url: str, client: Client, count: int) -> float:
 
 async def main(count: int, concurrencies: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        async with NatsServer(Path(tmp) / "nats", port=0) as server:
-            async with control_plane(Path(tmp) / "plane", server.url) as (api, token):
-                async with Client(api, token, NS) as client:
-                    await client.queue_add(QueueCreate(name=QUEUE))
-                    raw_s = await time_raw_fetch(server.url, client, count)
-                    raw = count / raw_s
-                    print(f"raw nats-py fetch(100)+ack: {count:,} in {raw_s:.2f}s: {raw:,.0f}/s")
-                    for c in concurrencies:
-                        secs = await time_daemon(server.url, client, count, c)
-                        rate = count / secs
-                        print(
-                            f"daemon, concurrency {c:>3}: {count:,} no-op claims in {secs:.2f}s: "
-                            f"{rate:,.0f}/s ({rate / raw:.3f} of raw)",
-                            flush=True,
-                        )
+        nats_server, secrets, secrets_file = closed_nats_server(Path(tmp))
+        async with nats_server as server:
+            plane = control_plane(Path(tmp) / "plane", server.url, secrets_file)
+            async with plane as (api, token), Client(api, token, NS) as client:
+                await client.queue_add(QueueCreate(name=QUEUE))
+                raw_s = await time_raw_fetch(server.url, secrets, client, count)
+                raw = count / raw_s
+                print(f"raw nats-py fetch(100)+ack: {count:,} in {raw_s:.2f}s: {raw:,.0f}/s")
+                for c in concurrencies:
+                    secs = await time_daemon(server.url, secrets, client, count, c)
+                    rate = count / secs
+                    print(
+                        f"daemon, concurrency {c:>3}: {count:,} no-op claims in {secs:.2f}s: "
+                        f"{rate:,.0f}/s ({rate / raw:.3f} of raw)",
+                        flush=True,
+                    )
 
 
 @contextlib.asynccontextmanager
-async def control_plane(data_dir: Path, nats_url: str) -> AsyncIterator[tuple[str, str]]:
+async def control_plane(
+    data_dir: Path, nats_url: str, secrets_file: Path
+) -> AsyncIterator[tuple[str, str]]:
     """``lakeshore server`` as its own process, so its work does not share our loop."""
     proc = await asyncio.create_subprocess_exec(
         str(Path(sys.executable).parent / "lakeshore"),
@@ -136,6 +144,8 @@ async def control_plane(data_dir: Path, nats_url: str) -> AsyncIterator[tuple[st
         "0",
         "--nats-url",
         nats_url,
+        "--nats-auth-file",
+        str(secrets_file),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -46,7 +46,7 @@ async def lakeshore_latencies(n: int) -> list[float]:
 
 async def raw_latencies(n: int) -> list[float]:
     async with server() as srv:
-        nc = await nats.connect(srv.nats_url)
+        nc = await srv.raw_nats()
         js = nc.jetstream()
         await js.add_stream(
             StreamConfig(name="RAWLAT", subjects=["rawlat.>"], retention=RetentionPolicy.WORK_QUEUE)

@@ -17,22 +17,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import nats
+from _harness import closed_nats_server, plane_nats
 
 from lakeshore.actors.base import Runtime
 from lakeshore.actors.recorder import GetStats, Recorder, WaitRecorded
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.events import EventFeed, ensure_events_stream
-from lakeshore.embedded import NatsServer
 from lakeshore.ids import new_id
 from lakeshore.model import EventBatch, EventType, InvocationEvent
+from lakeshore.security import serverauth
 from lakeshore.store import open_store
+
+#: Where the publisher process finds the NATS secrets.
+SECRETS_ENV = "BENCH_NATS_AUTH_FILE"
 
 LIFECYCLE = (EventType.SUBMITTED, EventType.CLAIMED, EventType.STARTED, EventType.SUCCEEDED)
 #: Concurrent publishes in flight (sequential publishes would measure the publisher).
@@ -79,7 +83,7 @@ async def _publish(js, namespace: str, events: list[InvocationEvent], batch: int
 
 async def _publisher(url: str, namespace: str, invocations: int, batch: int) -> None:
     """The live load, in its own process: ``ready``, then publish on ``go``, then ``last``."""
-    nc = await nats.connect(url)
+    nc = await plane_nats(url, serverauth.load(Path(os.environ[SECRETS_ENV])))
     events = _events(namespace, invocations)
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
@@ -103,8 +107,10 @@ async def _live(url: str, namespace: str, invocations: int, batch: int) -> tuple
 
 
 async def _run(tmp: Path, invocations: int, batch: int) -> None:
-    async with NatsServer(tmp / "nats", port=0) as server:
-        nc = await nats.connect(server.url)
+    nats_server, secrets, secrets_file = closed_nats_server(tmp)
+    os.environ[SECRETS_ENV] = str(secrets_file)  # for the publisher process
+    async with nats_server as server:
+        nc = await plane_nats(server.url, secrets)
         js = nc.jetstream()
         await ensure_events_stream(js)
         runtime = Runtime(ask_timeout_s=60)

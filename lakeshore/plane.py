@@ -282,7 +282,7 @@ async def _close_the_bus(
         rows = await store.list_queues([namespace], None)
         return [DEFAULT_QUEUE, *(q.name for q in rows)]
 
-    identities = Identities(daemons, gate, queues_of, ttl_s=settings.credential_ttl_s)
+    identities = Identities(daemons, gate, queues_of)
     callout = await bus.respond(
         CALLOUT_SUBJECT, Callout(issuer, identities).answer, group=CALLOUT_GROUP
     )

@@ -24,8 +24,9 @@ from lakeshore.model import DaemonAccess
 from lakeshore.providers.local import daemon_env as provider_env
 from lakeshore.security import serverauth
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
-from lakeshore.security.natsd import SECRETS_FILE
+from lakeshore.security.natsd import SECRETS_FILE, ClusterFiles, write_cluster_files
 from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
+from lakeshore.security.tls import client_ssl_context
 
 SECRETS_ENV = "LAKESHORE_NATS_AUTH_FILE"
 
@@ -53,6 +54,13 @@ def seed(data_dir: Path) -> None:
         serverauth.write_private(target, secrets_file().read_bytes())
 
 
+def cluster_files(directory: Path) -> ClusterFiles:
+    """What ``lakeshore nats config --tls-host 127.0.0.1`` writes for a cluster, with the
+    session's secrets (so every helper here logs in to it)."""
+    seed(directory)
+    return write_cluster_files(directory, ["127.0.0.1"])
+
+
 def secrets() -> NatsSecrets:
     return serverauth.load(secrets_file())
 
@@ -62,23 +70,33 @@ def server_config(path: Path, tls: tuple[Path, Path] | None = None) -> Path:
     return serverauth.write_server_config(path, secrets(), tls)
 
 
-async def plane_nats(url: str | list[str], **options: Any) -> NatsClient:
-    """Connect to the session's NATS as the control plane's user (every permission)."""
+async def plane_nats(
+    url: str | list[str], *, ca_pem: str | None = None, **options: Any
+) -> NatsClient:
+    """Connect to the session's NATS as the control plane's user (every permission), over
+    TLS verified with ``ca_pem`` when given."""
     servers = url.split(",") if isinstance(url, str) else url
     found = secrets()
+    if ca_pem is not None:
+        options["tls"] = client_ssl_context(ca_pem)
     return await nats.connect(servers, user=PLANE_USER, password=found.plane_password, **options)
 
 
 def daemon_access(
-    nats_url: str, namespace: str = "default", org: str = "default", worker_id: str | None = None
+    nats_url: str,
+    namespace: str = "default",
+    org: str = "default",
+    worker_id: str | None = None,
+    ca_pem: str | None = None,
 ) -> DaemonAccess:
-    """A daemon's NATS access minted as the control plane's ``local`` provider does."""
+    """A daemon's NATS access minted as the control plane's ``local`` provider does (its
+    token check is never reached: a provider's daemons act for the control plane)."""
     issuer = DaemonAccessIssuer(
         secrets().issuer,
-        None,
+        None,  # type: ignore[arg-type]
         ttl_s=3600,
         nats_url=nats_url,
-        ca_pem=None,  # type: ignore[arg-type]
+        ca_pem=ca_pem,
     )
     return issuer.issue(worker_id or new_worker_id(), namespace, org, PLANE_TOKEN)
 

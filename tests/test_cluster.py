@@ -9,7 +9,6 @@ import re
 import socket
 from pathlib import Path
 
-import nats
 import natsauth
 from polling import eventually
 
@@ -18,10 +17,6 @@ from lakeshore.config import ServerSettings
 from lakeshore.errors import Unavailable
 from lakeshore.model import QueueCreate
 from lakeshore.plane import ControlPlane
-from lakeshore.security import serverauth
-from lakeshore.security.natsd import write_cluster_files
-from lakeshore.security.serverauth import PLANE_USER
-from lakeshore.security.tls import client_ssl_context
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
@@ -50,7 +45,7 @@ def _local_conf(conf: Path, tmp: Path, cluster_ports: list[int], index: int) -> 
 
 async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_factory, tmp_path):
     assert len(CONFS) == 3
-    files = write_cluster_files(tmp_path / "secrets", ["127.0.0.1"])
+    files = natsauth.cluster_files(tmp_path / "secrets")
     assert files.ca is not None
     cluster_ports = [_free_port() for _ in CONFS]
     confs = [_local_conf(c, tmp_path, cluster_ports, i) for i, c in enumerate(CONFS)]
@@ -89,13 +84,7 @@ async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_f
     )
     try:
         await plane.parts.directory.ask(CreateQueue("default", QueueCreate(name="train"), None))
-        secrets = serverauth.load(files.secrets)
-        nc = await nats.connect(
-            url.split(","),
-            user=PLANE_USER,
-            password=secrets.plane_password,
-            tls=client_ssl_context(files.ca.read_text()),
-        )
+        nc = await natsauth.plane_nats(url, ca_pem=files.ca.read_text())
         js = nc.jetstream()
         si = await js.stream_info("LS_default_train")
         assert si.config.num_replicas == 3 and len(si.cluster.replicas) == 2

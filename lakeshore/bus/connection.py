@@ -34,6 +34,35 @@ class NatsLogin:
     inbox_prefix: str = "_INBOX"
 
 
+class _Client(NatsClient):
+    """nats-py 2.16's client (pinned), except that a server's refusal of its credentials
+    makes it reconnect (and be asked again) rather than close for good.
+
+    When a server cuts a reconnecting client off during its handshake — e.g. the auth
+    callout was not answered in time because the control plane itself is reconnecting
+    after a node's loss — nats-py 2.16 takes the attempt for a success, then reads the
+    server's ``-ERR 'Authorization Violation'`` and closes the client, so a daemon would
+    never reconnect. Here it reconnects with its current credentials; a revoked client is
+    refused again at each attempt, so it stays cut off.
+    """
+
+    _REFUSALS = ("authorization violation", "authentication timeout")
+
+    async def _process_err(self, err_msg: str) -> None:
+        if any(refusal in err_msg.lower() for refusal in self._REFUSALS):
+            error = nats.errors.Error(f"nats: {err_msg.strip()}; reconnecting")
+            await self._error_cb(error)
+            task = self._reconnection_task
+            if task is not None and not task.done():
+                # The reconnect that was taken for a success: its closing flush fails (the
+                # server hung up) and its loop makes the next attempt.
+                self._status = NatsClient.RECONNECTING
+            else:
+                await self._process_op_err(error)
+            return
+        await super()._process_err(err_msg)
+
+
 async def connect_nats(
     url: str,
     *,
@@ -66,7 +95,8 @@ async def connect_nats(
         log.info("nats: reconnected to %s", url)
 
     try:
-        nc = await nats.connect(
+        nc = _Client()
+        await nc.connect(
             [u.strip() for u in url.split(",") if u.strip()],
             name=name,
             max_reconnect_attempts=-1,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +43,6 @@ class Grant:
     #: server's connz, by which :mod:`~lakeshore.security.sessions` finds it again
     name: str
     permissions: Permissions
-    #: Unix time the server disconnects it (it then reconnects and is asked again)
-    expires_at: int
 
 
 def connection_name(role: str, org: str, namespace: str, token_id: str, ident: str) -> str:
@@ -59,7 +56,6 @@ class Identities:
         daemons: checks daemon credentials.
         access: tokens, namespaces and orgs.
         queues_of: the queue names of a namespace (its streams are a daemon's grant).
-        ttl_s: how long a producer's connection lives before it is authorised again.
     """
 
     def __init__(
@@ -67,10 +63,8 @@ class Identities:
         daemons: DaemonAccessIssuer,
         access: Access,
         queues_of: Callable[[str], Awaitable[list[str]]],
-        ttl_s: float,
     ) -> None:
         self._daemons, self._access, self._queues_of = daemons, access, queues_of
-        self._ttl_s = ttl_s
 
     async def grant(self, user: str, password: str) -> Grant:
         """Raises: Unauthorized: an unknown kind of client or bad credentials."""
@@ -93,7 +87,6 @@ class Identities:
         return Grant(
             name=connection_name(DAEMON_USER, who.org, who.namespace, who.token_id, who.worker_id),
             permissions=grants.daemon(who.namespace, who.worker_id, queues),
-            expires_at=who.expires_at,
         )
 
     async def _producer(self, nonce: str, token: str) -> Grant:
@@ -105,7 +98,6 @@ class Identities:
         return Grant(
             name=connection_name(PRODUCER_USER, caller.org or "*", "*", caller.token_id, nonce),
             permissions=grants.producer(namespaces, nonce),
-            expires_at=int(time.time() + self._ttl_s),
         )
 
 
@@ -142,11 +134,13 @@ class Callout:
             log.exception("nats auth callout failed")
             answer = {"error": "the control plane could not authorise this connection"}
         else:
+            # No ``exp``: nats-py closes a connection for good (no reconnect) on the
+            # server's "User Authentication Expired"; a credential's expiry is checked at
+            # each (re)connect instead, and revocation disconnects (sessions.py).
             user = {
                 "sub": user_nkey,
                 "aud": ACCOUNT,
                 "name": grant.name,
-                "exp": grant.expires_at,
                 "nats": grant.permissions.claims(),
             }
             answer = {"jwt": jwt.encode(user, self._issuer)}

@@ -15,8 +15,8 @@ LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
 
 
 class Daemons:
-    def __init__(self, nats_url: str, runs: Path) -> None:
-        self.nats_url, self.runs = nats_url, runs
+    def __init__(self, nats_url: str, runs: Path, ca_pem: str | None = None) -> None:
+        self.nats_url, self.runs, self.ca_pem = nats_url, runs, ca_pem
         self.procs: dict[str, asyncio.subprocess.Process] = {}
 
     async def start(
@@ -25,11 +25,13 @@ class Daemons:
         """``lakeshore daemon run`` on ``queue``, with ``env`` over the environment (a slow
         machine, a skewed clock)."""
         # Handed its credential as the control plane's local provider does.
-        access = natsauth.daemon_access(self.nats_url)
+        access = natsauth.daemon_access(self.nats_url, ca_pem=self.ca_pem)
         env = {
             **natsauth.daemon_env(access), "PYTHONPATH": str(HERE), "FAULTS_RUNS": str(self.runs),
             **(env or {}),
         }  # fmt: skip
+        # Its log is kept beside the runs file, for a person reading a failure.
+        log = open(self.runs.with_name(f"daemon-{name}.log"), "ab")  # noqa: SIM115
         self.procs[name] = await asyncio.create_subprocess_exec(
             LAKESHORE,
             "daemon",
@@ -52,8 +54,9 @@ class Daemons:
             "5",
             env=env,
             stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=log,
         )
+        log.close()  # the child has its own copy
 
     def signal(self, name: str, sig: int) -> None:
         self.procs[name].send_signal(sig)
@@ -83,8 +86,8 @@ class Daemons:
 async def daemons_for(tmp_path):
     made: list[Daemons] = []
 
-    def make(nats_url: str) -> Daemons:
-        d = Daemons(nats_url, tmp_path / f"runs-{len(made)}.txt")
+    def make(nats_url: str, ca_pem: str | None = None) -> Daemons:
+        d = Daemons(nats_url, tmp_path / f"runs-{len(made)}.txt", ca_pem)
         made.append(d)
         return d
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 
+import natsauth
 import pytest
 from natsauth import plane_nats
 from polling import eventually
@@ -33,6 +34,9 @@ class _Cluster:
 
     def __init__(self, factory, tmp_path) -> None:
         self.factory, self.tmp = factory, tmp_path
+        self.files = natsauth.cluster_files(tmp_path / "secrets")
+        assert self.files.ca is not None
+        self.ca_pem = self.files.ca.read_text()
         ports = [_free_port() for _ in CONFS]
         self.confs = [_local_conf(c, tmp_path, ports, i) for i, c in enumerate(CONFS)]
         self.nodes: list = [None] * len(CONFS)
@@ -44,7 +48,8 @@ class _Cluster:
         self.nodes[i] = await self.factory(
             store_dir=self.tmp / f"store-{i}",
             port=port,
-            extra_args=["-c", str(self.confs[i]), "--server_name", self.name(i)],
+            config_file=self.confs[i],
+            extra_args=["--server_name", self.name(i)],
         )
 
     async def kill(self, i: int) -> int:
@@ -90,12 +95,17 @@ class _Submitter:
         return took
 
 
-async def _plane(plane_factory, url: str):
+async def _plane(plane_factory, cluster: _Cluster):
     # Unavailable: no JetStream meta leader yet, the cluster is still electing one.
     return await eventually(
         lambda: plane_factory(
-            nats_url=url, replicas=3, ack_wait_s=5, heartbeat_s=0.2, lost_after_s=2
-        ),
+            nats_url=cluster.url,
+            nats_ca_file=cluster.files.ca,
+            replicas=3,
+            ack_wait_s=5,
+            heartbeat_s=0.2,
+            lost_after_s=2,
+        ),  # fmt: skip
         retry_on=(Unavailable,),
         timeout_s=60,
         every_s=0.2,
@@ -121,9 +131,9 @@ async def test_the_cluster_survives_its_leader_and_refuses_without_quorum(
 ):
     cluster = _Cluster(nats_server_factory, tmp_path)
     await asyncio.gather(*(cluster.start(i) for i in range(3)))
-    handle = await _plane(plane_factory, cluster.url)
-    nc = await plane_nats(cluster.url.split(","), reconnect_time_wait=0.2)
-    daemons = daemons_for(cluster.url)
+    handle = await _plane(plane_factory, cluster)
+    nc = await plane_nats(cluster.url, ca_pem=cluster.ca_pem, reconnect_time_wait=0.2)
+    daemons = daemons_for(cluster.url, cluster.ca_pem)
     submitter = None
     try:
         async with asyncio.timeout(230), handle.client() as api:

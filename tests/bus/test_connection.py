@@ -1,0 +1,73 @@
+"""A Lakeshore connection survives a reconnect its auth callout could not answer in time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import natsauth
+from polling import eventually
+
+from lakeshore.bus.connection import NatsLogin, connect_nats
+from lakeshore.embedded import NatsServer
+from lakeshore.security import grants
+from lakeshore.security.callout import Callout, Grant
+
+WAIT_S = 30.0
+
+
+class _Anyone:
+    """Grants every daemon connection the same daemon grant."""
+
+    async def grant(self, user: str, password: str) -> Grant:
+        return Grant(name="daemon/o/default/t/w-1", permissions=grants.daemon("default", "w-1", []))
+
+
+async def test_a_reconnect_the_callout_did_not_answer_is_retried_not_fatal(tmp_path: Path):
+    conf = natsauth.server_config(tmp_path / "nats.conf")
+    server = NatsServer(tmp_path / "store", config_file=conf, port=0)
+    await server.start()
+    callout = Callout(natsauth.secrets().issuer, _Anyone())  # type: ignore[arg-type]
+
+    async def answer(msg) -> None:
+        await msg.respond(await callout.answer(msg.subject, msg.data))
+
+    plane = await natsauth.plane_nats(server.url)
+    responder = await plane.subscribe("$SYS.REQ.USER.AUTH", cb=answer)
+    login = NatsLogin(
+        user=grants.DAEMON_USER, password="any", inbox_prefix=grants.daemon_inbox("default", "w-1")
+    )
+    heard: list[str] = []
+    nc = await connect_nats(
+        server.url, name="survivor", login=login, on_error=lambda e: heard.append(str(e))
+    )
+    again = None
+    try:
+        # The control plane stops answering, and the server restarts: the client's
+        # reconnect is cut off during its handshake.
+        await responder.unsubscribe()
+        await plane.close()
+        port = server.port
+        await server.stop()
+        again = NatsServer(tmp_path / "store", config_file=conf, port=port)
+        await again.start()
+        # nats-py 2.16 alone would close for good on the refusal that follows.
+        await eventually(
+            lambda: [e for e in heard if "authorization violation" in e.lower()],
+            until=bool,
+            timeout_s=WAIT_S,
+            what="a reconnect refused for want of an answer",
+        )
+        assert not nc.is_closed
+        # The control plane answers again: the client reconnects by itself.
+        plane = await natsauth.plane_nats(again.url)
+        await plane.subscribe("$SYS.REQ.USER.AUTH", cb=answer)
+        await eventually(
+            lambda: nc.is_connected, until=bool, timeout_s=WAIT_S, what="the client reconnected"
+        )
+        assert not nc.is_closed
+    finally:
+        await nc.close()
+        await plane.close()
+        for s in (server, again):
+            if s is not None:
+                await s.stop()
