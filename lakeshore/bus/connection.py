@@ -7,6 +7,8 @@ that may be a callable (read again at each reconnect, so a renewed credential is
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import ssl
 from collections.abc import Callable
@@ -54,11 +56,12 @@ class _Client(NatsClient):
             await self._error_cb(error)
             task = self._reconnection_task
             if task is not None and not task.done():
-                # The reconnect that was taken for a success: its closing flush fails (the
-                # server hung up) and its loop makes the next attempt.
-                self._status = NatsClient.RECONNECTING
-            else:
-                await self._process_op_err(error)
+                # The reconnect that was taken for a success is still finishing: end it
+                # first, so the next one is the only one (nats-py shares their future).
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._process_op_err(error)
             return
         await super()._process_err(err_msg)
 

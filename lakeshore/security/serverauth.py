@@ -108,10 +108,6 @@ accounts {{
 }}
 system_account: {SYSTEM_ACCOUNT}
 authorization {{
-  # How long a connecting client waits for the callout's answer (seconds): longer than
-  # clients wait (5 s), so a control plane that is itself reconnecting (a node was lost)
-  # makes clients retry cleanly rather than be cut off mid-handshake.
-  timeout: 10
   auth_callout {{
     issuer: {found.issuer.public_key}
     account: {ACCOUNT}
