@@ -27,7 +27,7 @@ from lakeshore.model import DaemonAccess
 from lakeshore.security import serverauth
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import SECRETS_FILE
-from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
+from lakeshore.security.serverauth import NatsSecrets
 
 LAKESHORE = str(Path(sys.executable).parent / "lakeshore")
 BENCH_DIR = Path(__file__).resolve().parent
@@ -48,7 +48,7 @@ class Server:
 
 async def plane_nats(url: str, secrets: NatsSecrets) -> NatsClient:
     """Connect as the control plane's NATS user (every permission)."""
-    return await nats.connect(url, user=PLANE_USER, password=secrets.plane_password)
+    return await nats.connect(url, nkeys_seed_str=secrets.plane_seed)
 
 
 def closed_nats_server(directory: Path) -> tuple[NatsServer, NatsSecrets, Path]:

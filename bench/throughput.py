@@ -25,7 +25,6 @@ from lakeshore.model import InvocationSubmit, QueueCreate
 from lakeshore.sdk import Client
 from lakeshore.security import serverauth
 from lakeshore.security.natsd import SECRETS_FILE
-from lakeshore.security.serverauth import PLANE_USER
 
 
 async def lakeshore_rate(n: int, concurrency: int) -> float:
@@ -42,9 +41,9 @@ async def lakeshore_rate(n: int, concurrency: int) -> float:
     return n / elapsed
 
 
-def _raw_worker(url: str, password: str, n_total: int, counter, ready) -> None:
+def _raw_worker(url: str, seed: str, n_total: int, counter, ready) -> None:
     async def run() -> None:
-        nc = await nats.connect(url, user=PLANE_USER, password=password)
+        nc = await nats.connect(url, nkeys_seed_str=seed)
         sub = await nc.jetstream().pull_subscribe_bind("w", stream="RAW")
         ready.set()
         while counter.value < n_total:
@@ -65,7 +64,7 @@ def _raw_worker(url: str, password: str, n_total: int, counter, ready) -> None:
 async def raw_rate(n: int) -> float:
     async with server() as srv:
         nc = await srv.raw_nats()
-        password = serverauth.load(srv.data_dir / SECRETS_FILE).plane_password
+        seed = serverauth.load(srv.data_dir / SECRETS_FILE).plane_seed
         js = nc.jetstream()
         await js.add_stream(
             StreamConfig(name="RAW", subjects=["raw.>"], retention=RetentionPolicy.WORK_QUEUE)
@@ -74,8 +73,7 @@ async def raw_rate(n: int) -> float:
         ctx = mp.get_context("spawn")
         counter, ready = ctx.Value("i", 0), [ctx.Event(), ctx.Event()]
         workers = [
-            ctx.Process(target=_raw_worker, args=(srv.nats_url, password, n, counter, r))
-            for r in ready
+            ctx.Process(target=_raw_worker, args=(srv.nats_url, seed, n, counter, r)) for r in ready
         ]
         for w in workers:
             w.start()

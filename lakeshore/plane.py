@@ -41,7 +41,6 @@ from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.security.callout import CALLOUT_GROUP, CALLOUT_SUBJECT, Callout, Identities
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
-from lakeshore.security.serverauth import PLANE_USER, SYSTEM_USER
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.store import Store, open_store
@@ -124,7 +123,7 @@ class ControlPlane:
         self.nats_url = nats.url
         bus = await NatsBus.connect(
             nats.url,
-            nats.login(PLANE_USER),
+            nats.login(),
             replicas=settings.replicas,
             ack_wait_s=settings.ack_wait_s,
         )
@@ -287,7 +286,7 @@ async def _close_the_bus(
         CALLOUT_SUBJECT, Callout(issuer, identities).answer, group=CALLOUT_GROUP
     )
     stack.push_async_callback(callout.unsubscribe)
-    system = await connect_nats(nats.url, name="lakeshore-sys", login=nats.login(SYSTEM_USER))
+    system = await connect_nats(nats.url, name="lakeshore-sys", login=nats.login(system=True))
     sessions = Sessions(system)
     stack.push_async_callback(sessions.close)
     gate.on_revoke(sessions.revoke_token)

@@ -25,7 +25,7 @@ from lakeshore.providers.local import daemon_env as provider_env
 from lakeshore.security import serverauth
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import SECRETS_FILE, ClusterFiles, write_cluster_files
-from lakeshore.security.serverauth import PLANE_USER, NatsSecrets
+from lakeshore.security.serverauth import NatsSecrets
 from lakeshore.security.tls import client_ssl_context
 
 SECRETS_ENV = "LAKESHORE_NATS_AUTH_FILE"
@@ -79,7 +79,7 @@ async def plane_nats(
     found = secrets()
     if ca_pem is not None:
         options["tls"] = client_ssl_context(ca_pem)
-    return await nats.connect(servers, user=PLANE_USER, password=found.plane_password, **options)
+    return await nats.connect(servers, nkeys_seed_str=found.plane_seed, **options)
 
 
 def daemon_access(

@@ -26,14 +26,24 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class NatsLogin:
-    """How a connection authenticates: user, password (or a callable returning the current
-    one), the TLS context that verifies the server (``None``: plain text) and the inbox
-    prefix its permissions allow."""
+    """How a connection authenticates: an nkey seed (the control plane's own users), or a
+    user and a password (or a callable returning the current one); the TLS context that
+    verifies the server (``None``: plain text) and the inbox prefix its permissions allow."""
 
-    user: str
-    password: str | Callable[[], str]
+    user: str | None = None
+    password: str | Callable[[], str] | None = None
+    nkey_seed: str | None = None
     tls: ssl.SSLContext | None = None
     inbox_prefix: str = "_INBOX"
+
+    def options(self) -> dict[str, object]:
+        """The nats-py ``connect`` options that log in this way."""
+        found: dict[str, object] = {"tls": self.tls, "inbox_prefix": self.inbox_prefix}
+        if self.nkey_seed is not None:
+            found["nkeys_seed_str"] = self.nkey_seed
+        else:
+            found.update(user=self.user, password=self.password)
+        return found
 
 
 class _Client(NatsClient):
@@ -109,10 +119,7 @@ async def connect_nats(
             error_cb=error_cb,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,
-            user=login.user,
-            password=login.password,
-            tls=login.tls,
-            inbox_prefix=login.inbox_prefix,
+            **login.options(),
         )
     except (OSError, nats.errors.Error) as e:
         raise Unavailable(f"cannot connect to NATS at {url}: {e}") from e

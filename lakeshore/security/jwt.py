@@ -33,6 +33,23 @@ def new_account_seed() -> str:
     return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_ACCOUNT).decode()
 
 
+def new_user_seed() -> str:
+    """A fresh user nkey seed (``SU…``): a config user that signs the server's nonce."""
+    return nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER).decode()
+
+
+def public_key(seed: str) -> str:
+    """The public nkey of a seed.
+
+    Raises:
+        Invalid: not an nkey seed.
+    """
+    try:
+        return nkeys.from_seed(seed.strip().encode()).public_key.decode()
+    except (nkeys.NkeysError, ValueError, TypeError) as e:
+        raise Invalid(f"not an nkey seed: {type(e).__name__}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Issuer:
     """An account nkey that signs JWTs. Build it with :meth:`from_seed`."""

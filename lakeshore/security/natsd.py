@@ -22,7 +22,7 @@ from lakeshore.config import ServerSettings
 from lakeshore.embedded import NatsServer
 from lakeshore.errors import Invalid
 from lakeshore.security import serverauth, tls
-from lakeshore.security.serverauth import PLANE_USER, SYSTEM_USER, NatsSecrets
+from lakeshore.security.serverauth import NatsSecrets
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +44,11 @@ class PlaneNats:
     #: PEM of the CA of the server's certificate; ``None``: plain text (loopback only)
     ca_pem: str | None
 
-    def login(self, user: str) -> NatsLogin:
-        password = {
-            PLANE_USER: self.secrets.plane_password,
-            SYSTEM_USER: self.secrets.system_password,
-        }[user]
+    def login(self, *, system: bool = False) -> NatsLogin:
+        """The control plane's own login (``system``: its system-account user's)."""
+        seed = self.secrets.system_seed if system else self.secrets.plane_seed
         context = None if self.ca_pem is None else tls.client_ssl_context(self.ca_pem)
-        return NatsLogin(user=user, password=password, tls=context)
+        return NatsLogin(nkey_seed=seed, tls=context)
 
 
 def is_loopback(host: str) -> bool:

@@ -1,10 +1,11 @@
 """The NATS side of the closed bus: the secrets of the control plane and the server config
 that makes every other connection go through the control plane's auth callout.
 
-One account, ``LAKESHORE``, holds every stream; ``SYS`` is the system account. Two users
-are written into the server's config and skip the callout: the control plane
-(``lakeshore``, every permission in ``LAKESHORE``, and it answers the callout) and its
-system user (``lakeshore-sys``, to list and disconnect clients when access is revoked).
+One account, ``LAKESHORE``, holds every stream; ``SYS`` is the system account. Two nkey
+users are written into the server's config (their public keys only: the config holds no
+secret) and skip the callout: the control plane (every permission in ``LAKESHORE``, and it
+answers the callout) and its system user (to list and disconnect clients when access is
+revoked).
 Every other connection is authenticated by the control plane, which answers with a user
 JWT signed by the issuer nkey: its permissions (:mod:`lakeshore.security.grants`) and expiry.
 
@@ -16,18 +17,15 @@ include in every node's config.
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
 
 import msgspec
 
 from lakeshore.errors import Invalid
-from lakeshore.security.jwt import Issuer, new_account_seed
+from lakeshore.security.jwt import Issuer, new_account_seed, new_user_seed, public_key
 
 ACCOUNT = "LAKESHORE"
 SYSTEM_ACCOUNT = "SYS"
-PLANE_USER = "lakeshore"
-SYSTEM_USER = "lakeshore-sys"
 
 
 class NatsSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,8 +33,10 @@ class NatsSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     #: account nkey seed that signs the user JWTs (the server knows its public key)
     issuer_seed: str
-    plane_password: str
-    system_password: str
+    #: user nkey seed of the control plane's connection
+    plane_seed: str
+    #: user nkey seed of the control plane's system-account connection
+    system_seed: str
 
     @property
     def issuer(self) -> Issuer:
@@ -46,8 +46,8 @@ class NatsSecrets(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     def generate(cls) -> NatsSecrets:
         return cls(
             issuer_seed=new_account_seed(),
-            plane_password=secrets.token_urlsafe(32),
-            system_password=secrets.token_urlsafe(32),
+            plane_seed=new_user_seed(),
+            system_seed=new_user_seed(),
         )
 
 
@@ -66,7 +66,8 @@ def load(path: Path) -> NatsSecrets:
         ) from None
     try:
         found = msgspec.json.decode(data, type=NatsSecrets)
-        found.issuer  # noqa: B018 — checks the seed
+        found.issuer  # noqa: B018 — checks the seeds
+        public_key(found.plane_seed), public_key(found.system_seed)
     except (msgspec.DecodeError, msgspec.ValidationError, Invalid) as e:
         raise Invalid(f"{path} is not a Lakeshore NATS secrets file: {e}") from None
     return found
@@ -95,15 +96,17 @@ def write_private(path: Path, data: bytes) -> None:
 
 
 def auth_config(found: NatsSecrets) -> str:
-    """The accounts and the auth callout, to put in (or include from) a server's config."""
+    """The accounts and the auth callout, to put in (or include from) a server's config;
+    public keys only."""
+    plane, system = public_key(found.plane_seed), public_key(found.system_seed)
     return f"""# Lakeshore: every connection but the control plane's goes through its auth callout.
 accounts {{
   {ACCOUNT}: {{
     jetstream: enabled
-    users: [ {{ user: {PLANE_USER}, password: {_quoted(found.plane_password)} }} ]
+    users: [ {{ nkey: {plane} }} ]
   }}
   {SYSTEM_ACCOUNT}: {{
-    users: [ {{ user: {SYSTEM_USER}, password: {_quoted(found.system_password)} }} ]
+    users: [ {{ nkey: {system} }} ]
   }}
 }}
 system_account: {SYSTEM_ACCOUNT}
@@ -111,7 +114,7 @@ authorization {{
   auth_callout {{
     issuer: {found.issuer.public_key}
     account: {ACCOUNT}
-    auth_users: [ {PLANE_USER}, {SYSTEM_USER} ]
+    auth_users: [ {plane}, {system} ]
   }}
 }}
 """

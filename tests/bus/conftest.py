@@ -26,7 +26,6 @@ from lakeshore.bus.memory import InMemoryBus
 from lakeshore.bus.nats import NatsBus
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.model import Result
-from lakeshore.security.serverauth import PLANE_USER
 
 #: Every wait of these tests is bounded by this (seconds).
 WAIT_S = 10.0
@@ -55,7 +54,7 @@ async def bus(request: pytest.FixtureRequest, ns: str) -> AsyncIterator[Bus]:
         return
     # Only the nats runs need the session server; `-k memory` never starts one.
     url = request.getfixturevalue("nats_server").url
-    login = NatsLogin(user=PLANE_USER, password=natsauth.secrets().plane_password)
+    login = NatsLogin(nkey_seed=natsauth.secrets().plane_seed)
     real = await NatsBus.connect(url, login)
     try:
         yield real
