@@ -10,7 +10,6 @@ before and after.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 import sys
@@ -27,7 +26,7 @@ from natsauth import plane_nats
 from polling import eventually
 
 from lakeshore.bus import codec, subjects
-from lakeshore.daemon import DaemonSettings, Running, run_daemon
+from lakeshore.daemon import DaemonSettings, Running
 from lakeshore.model import (
     DaemonAccess,
     DaemonControl,
@@ -42,6 +41,8 @@ from lakeshore.model import (
     now,
 )
 from lakeshore.security.grants import DAEMON_USER, PRODUCER_USER, daemon_inbox, producer_inbox
+
+from . import running
 
 WAIT_S = 15.0
 #: How long a refused request is given to be answered anyway (it never is).
@@ -160,39 +161,25 @@ async def world(control_plane, api) -> AsyncIterator[World]:
         heartbeat_s=0.2,
         drain_timeout_s=0.5,
     )
-    stop = asyncio.Event()
-    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        run_daemon(settings, stop, environ={}, on_ready=ready.set_result), name="probed"
-    )
-    a = await asyncio.wait_for(ready, WAIT_S)
-
-    async def submit(queue: str, spec: dict[str, Any]) -> str:
-        status, body = await api.post(f"{Q}/{queue}/invocations", {"invocations": [spec]})
-        assert status == 202, body
-        return body["ids"][0]
-
-    async def state(job: str) -> str:
-        return (await api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["state"]
-
-    done_job = await submit("busy", {"command": [sys.executable, "-c", "print('done')"]})
-    await eventually(lambda: state(done_job), until=lambda s: s == "succeeded", timeout_s=WAIT_S)
-    busy_job = await submit("busy", {"command": ["sleep", "60"]})
-    await eventually(lambda: state(busy_job), until=lambda s: s == "running", timeout_s=WAIT_S)
-    pending_job = await submit(
-        "secret", {"command": ["true"], "env": {"AWS_SECRET_ACCESS_KEY": SECRET}}
-    )
-    w = World(
-        plane, api, plane.nats_url, a, busy_job, done_job, pending_job, rival_token, peer_token
-    )
-    try:
-        yield w
-    finally:
-        for client in w.clients:
-            with contextlib.suppress(Exception):
-                await client.nc.close()
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
+    async with running.daemon(settings) as a:
+        done_job = await running.submit(
+            api, "busy", {"command": [sys.executable, "-c", "print('done')"]}
+        )
+        await running.reaches(api, done_job, "succeeded")
+        busy_job = await running.submit(api, "busy", {"command": ["sleep", "60"]})
+        await running.reaches(api, busy_job, "running")
+        pending_job = await running.submit(
+            api, "secret", {"command": ["true"], "env": {"AWS_SECRET_ACCESS_KEY": SECRET}}
+        )
+        w = World(
+            plane, api, plane.nats_url, a, busy_job, done_job, pending_job, rival_token, peer_token
+        )
+        try:
+            yield w
+        finally:
+            for client in w.clients:
+                with contextlib.suppress(Exception):
+                    await client.nc.close()
 
 
 async def _refused(client: Client, subject: str, data: bytes = b"") -> None:

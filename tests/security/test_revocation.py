@@ -18,6 +18,8 @@ from lakeshore.daemon import DaemonSettings, Running, run_daemon
 from lakeshore.model import DaemonAccess
 from lakeshore.security.grants import DAEMON_USER, PRODUCER_USER, daemon_inbox, producer_inbox
 
+from . import running
+
 # nats-py leaves a socket unclosed when the server refuses a reconnect (a revoked client
 # retries a few times here), which pytest reports when the socket is collected.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -115,26 +117,10 @@ async def test_a_revoked_tokens_connections_are_cut_and_refused_within_the_bound
 
 
 async def test_a_queue_created_after_a_daemon_connected_is_served_by_it(control_plane, api) -> None:
-    stop = asyncio.Event()
-    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
     access = await _join(api, control_plane.admin_secret)
     settings = DaemonSettings(access=access, name="early", queues=["later"], heartbeat_s=0.2)
-    task = asyncio.create_task(run_daemon(settings, stop, environ={}, on_ready=ready.set_result))
-    try:
-        await asyncio.wait_for(ready, WAIT_S)
+    async with running.daemon(settings):
         # The queue exists only now: its stream was not in the daemon's grant.
         assert (await api.post(f"/v1/namespaces/{NS}/queues", {"name": "later"}))[0] == 201
-        status, body = await api.post(
-            f"/v1/namespaces/{NS}/queues/later/invocations",
-            {"invocations": [{"command": ["true"]}]},
-        )
-        assert status == 202, body
-        [job] = body["ids"]
-
-        async def state() -> str:
-            return (await api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["state"]
-
-        await eventually(state, until=lambda s: s == "succeeded", timeout_s=WAIT_S)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
+        job = await running.submit(api, "later", {"command": ["true"]})
+        await running.reaches(api, job, "succeeded")

@@ -3,14 +3,13 @@ a CA generated into the data dir, and a daemon that joins gets the CA and runs o
 
 from __future__ import annotations
 
-import asyncio
-
 import msgspec
 import natsauth
-from polling import eventually
 
-from lakeshore.daemon import DaemonSettings, Running, run_daemon
+from lakeshore.daemon import DaemonSettings
 from lakeshore.model import DaemonAccess
+
+from . import running
 
 WAIT_S = 15.0
 
@@ -33,25 +32,7 @@ async def test_beyond_loopback_nats_is_tls_only_and_a_joined_daemon_uses_it(plan
         # The advertised URL names this host; the test reaches it on loopback, as a daemon
         # given `--nats-url` would (the certificate names 127.0.0.1 too).
         access = msgspec.structs.replace(access, nats_url=plane.nats_url)
-        stop = asyncio.Event()
-        ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
         settings = DaemonSettings(access=access, name="over-tls", heartbeat_s=0.2)
-        task = asyncio.create_task(
-            run_daemon(settings, stop, environ={}, on_ready=ready.set_result)
-        )
-        try:
-            await asyncio.wait_for(ready, WAIT_S)
-            status, body = await api.post(
-                "/v1/namespaces/default/queues/default/invocations",
-                {"invocations": [{"command": ["true"]}]},
-            )
-            assert status == 202, body
-            [job] = body["ids"]
-
-            async def state() -> str:
-                return (await api.get(f"/v1/namespaces/default/jobs/{job}"))[1]["state"]
-
-            await eventually(state, until=lambda s: s == "succeeded", timeout_s=WAIT_S)
-        finally:
-            stop.set()
-            await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
+        async with running.daemon(settings):
+            job = await running.submit(api, "default", {"command": ["true"]})
+            await running.reaches(api, job, "succeeded")
