@@ -48,7 +48,8 @@ class NatsLogin:
 
 class _Client(NatsClient):
     """nats-py 2.16's client (pinned), except that a server's refusal of its credentials
-    makes it reconnect (and be asked again) rather than close for good.
+    makes it reconnect (and be asked again) rather than close for good, and that a failed
+    attempt's socket is closed.
 
     When a server cuts a reconnecting client off during its handshake — e.g. the auth
     callout was not answered in time because the control plane itself is reconnecting
@@ -59,6 +60,13 @@ class _Client(NatsClient):
     """
 
     _REFUSALS = ("authorization violation", "authentication timeout")
+
+    async def _select_next_server(self) -> None:
+        # nats-py 2.16 drops the socket of a failed attempt without closing it: a client
+        # refused again and again (a revoked daemon) would leak one per attempt.
+        if self._transport is not None:
+            self._transport.close()
+        await super()._select_next_server()
 
     async def _process_err(self, err_msg: str) -> None:
         if any(refusal in err_msg.lower() for refusal in self._REFUSALS):
