@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -30,6 +29,7 @@ from nats.js import errors as jse
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import NatsLogin, connect_nats
+from lakeshore.bus.denials import Denials, Denied
 from lakeshore.errors import (
     ERRORS_BY_CODE,
     LakeshoreError,
@@ -380,51 +380,6 @@ class WorkBus:
             return await self._nc.subscribe(subject, cb=cb)
         except _NATS_ERRORS as e:
             raise Unavailable(f"cannot subscribe to {subject}: {e}") from e
-
-
-class Denied(Exception):
-    """NATS refused a publish of this connection (a permissions violation)."""
-
-
-class Denials:
-    """Turns the server's asynchronous permissions violations into prompt answers: a
-    request whose subject NATS refused fails at once instead of waiting out its timeout."""
-
-    _VIOLATION = re.compile(r'permissions violation for publish to "([^"]+)"', re.IGNORECASE)
-
-    def __init__(self) -> None:
-        self._waiting: dict[str, list[asyncio.Future[None]]] = {}
-
-    def heard(self, error: Exception) -> None:
-        found = self._VIOLATION.search(str(error))
-        if found is None:
-            return
-        for waiter in self._waiting.pop(found[1].lower(), []):
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def unless(self, subject: str, call: Awaitable[_T]) -> _T:
-        """Await ``call``, a request on ``subject``, unless NATS refuses the subject first.
-
-        Raises:
-            Denied: NATS refused it.
-        """
-        key = subject.lower()
-        denied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(key, []).append(denied)
-        answer = asyncio.ensure_future(call)
-        try:
-            await asyncio.wait({answer, denied}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiters = self._waiting.get(key, [])
-            if denied in waiters:
-                waiters.remove(denied)
-                if not waiters:
-                    del self._waiting[key]
-        if answer.done():
-            return answer.result()
-        answer.cancel()
-        raise Denied(subject)
 
 
 def _error_from(detail: ErrorDetail) -> LakeshoreError:
