@@ -1,11 +1,10 @@
 """Quotas per org, at their owners: the checks, the QueueDirectory and QueueActor (queues,
 the elasticity ceiling), the WorkerRegistry (daemons) and the pending tally — each refusal
 names its quota and leaves nothing changed. (Through the API, and the local providers'
-quota: tests/http/test_quotas.py.)"""
+quota: tests/http/test_quotas_api.py; the runtime fixture is tests/actors/conftest.py's.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +109,6 @@ def test_only_starting_and_running_daemons_of_the_org_count() -> None:
 
 
 # ---- the owners, on the in-memory twins --------------------------------------------------
-
-
-@pytest.fixture
-async def runtime() -> AsyncIterator[Runtime]:
-    rt = Runtime(ask_timeout_s=WAIT_S)
-    try:
-        yield rt
-    finally:
-        await rt.shutdown(timeout_s=WAIT_S)
 
 
 @pytest.fixture
