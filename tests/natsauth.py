@@ -16,10 +16,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import nats
 from nats.aio.client import Client as NatsClient
 
 from lakeshore.actors.workers import new_worker_id
+from lakeshore.bus.connection import new_client
 from lakeshore.model import DaemonAccess
 from lakeshore.providers.local import daemon_env as provider_env
 from lakeshore.security import serverauth
@@ -79,7 +79,9 @@ async def plane_nats(
     found = secrets()
     if ca_pem is not None:
         options["tls"] = client_ssl_context(ca_pem)
-    return await nats.connect(servers, nkeys_seed_str=found.plane_seed, **options)
+    nc = new_client()
+    await nc.connect(servers, nkeys_seed_str=found.plane_seed, **options)
+    return nc
 
 
 def daemon_access(

@@ -13,6 +13,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 import nats.errors
@@ -61,12 +62,15 @@ class _Client(NatsClient):
 
     _REFUSALS = ("authorization violation", "authentication timeout")
 
-    async def _select_next_server(self) -> None:
-        # nats-py 2.16 drops the socket of a failed attempt without closing it: a client
-        # refused again and again (a revoked daemon) would leak one per attempt.
-        if self._transport is not None:
-            self._transport.close()
-        await super()._select_next_server()
+    async def _connect_to_server(self, server: Any) -> None:
+        # nats-py 2.16 drops the socket of a failed attempt without closing it (neither its
+        # TLS stream nor the plain one under it): a client refused again and again (a
+        # revoked daemon) would leak one per attempt.
+        old = self._transport
+        for writer in (getattr(old, "_io_writer", None), getattr(old, "_bare_io_writer", None)):
+            if writer is not None:
+                writer.close()
+        await super()._connect_to_server(server)
 
     async def _process_err(self, err_msg: str) -> None:
         if any(refusal in err_msg.lower() for refusal in self._REFUSALS):
@@ -82,6 +86,11 @@ class _Client(NatsClient):
             await self._process_op_err(error)
             return
         await super()._process_err(err_msg)
+
+
+def new_client() -> NatsClient:
+    """A nats-py client with the two repairs of :class:`_Client` (connect it yourself)."""
+    return _Client()
 
 
 async def connect_nats(
