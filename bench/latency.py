@@ -1,95 +1,91 @@
-"""Latency: sequential submit → result round trips through the SDK, one idle daemon.
+"""W2 of spec/bench.md: sequential submit → result round trips, with the raw-W2 baseline.
 
-Each round trip is `client.submit(...)` of one no-op invocation followed by the result
-route's long-poll until it has finished; p50 and p99 over the runs (target on loopback:
-p50 <= 2 ms, p99 <= 5 ms). The raw baseline in the same run is one nats-py JetStream
-publish + a worker's fetch/ack + a reply on core NATS, measured the same way.
+Lakeshore: 2 daemons, registered, idle and warm; a producer thread calls
+``f.submit(i).result()`` one after the other through the SDK's sync API and times each
+call. raw-W2, on its own fresh server: ``await js.publish`` of one message, one of 2
+consumer processes runs the no-op and answers on core NATS; the producer times publish →
+answer. p50 and p99 of ``n`` round trips each, after 20 of warm-up.
 
-    .venv/bin/python bench/latency.py [--n 500]
+    .venv/bin/python bench/latency.py [--n 500] [--concurrency 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
+from dataclasses import dataclass
 
-import nats
+import _raw
 from _harness import daemons, server, wait_registered
-from nats.js.api import RetentionPolicy, StreamConfig
+from _report import Row, percentile_ms, table
+from _workload import CONCURRENCY, DAEMONS, QUEUE, sdk_on
 
-from lakeshore.model import InvocationSubmit, QueueCreate, Result
-from lakeshore.sdk import Client
+from lakeshore.model import QueueCreate
+from lakeshore.sdk import Client, Udf
+
+N = 500
+WARMUP = 20
 
 
-def _pct(samples: list[float], q: float) -> float:
-    return statistics.quantiles(samples, n=100)[int(q) - 1] * 1000
+def _round_trips(f: Udf, n: int, warmup: int) -> list[float]:
+    out = []
+    for i in range(n + warmup):
+        start = time.perf_counter()
+        value = f.submit(i).result(timeout=30)
+        elapsed = time.perf_counter() - start
+        if value != i:
+            raise RuntimeError(f"noop({i}) answered {value!r}")
+        if i >= warmup:
+            out.append(elapsed)
+    return out
 
 
-async def lakeshore_latencies(n: int) -> list[float]:
+async def round_trips(n: int, concurrency: int = CONCURRENCY) -> list[float]:
+    """Lakeshore's ``n`` round trips (seconds) on a fresh server with idle daemons."""
     async with server() as srv, Client(srv.api, srv.token) as client:
-        await client.queue_add(QueueCreate(name="lat"))
-        async with daemons(srv, "lat", 1, 1):
-            await wait_registered(client, ["bench-0"])
-            out = []
-            for i in range(n + 20):
-                start = time.perf_counter()
-                answer = await client.submit("lat", InvocationSubmit(fn="noop:noop", args=[i]))
-                result = await client.job_result(answer.ids[0], wait_s=10)
-                elapsed = time.perf_counter() - start
-                assert isinstance(result, Result) and result.ok, result
-                if i >= 20:  # warm-up
-                    out.append(elapsed)
-    return out
+        await client.queue_add(QueueCreate(name=QUEUE))
+        async with daemons(srv, QUEUE, DAEMONS, concurrency):
+            await wait_registered(client, [f"bench-{i}" for i in range(DAEMONS)])
+            with sdk_on(srv) as f:
+                return await asyncio.to_thread(_round_trips, f, n, WARMUP)
 
 
-async def raw_latencies(n: int) -> list[float]:
+@dataclass(frozen=True)
+class LatencyFigures:
+    ours: list[float]
+    raw: list[float]
+
+    def rows(self) -> list[Row]:
+        ours50, ours99 = percentile_ms(self.ours, 50), percentile_ms(self.ours, 99)
+        raw50, raw99 = percentile_ms(self.raw, 50), percentile_ms(self.raw, 99)
+        return [
+            Row.bound("W2 p50 (ms)", ours50, raw50, 2.0, "ms", "{:.2f}"),
+            Row.bound("W2 p99 (ms)", ours99, raw99, 5.0, "ms", "{:.2f}"),
+        ]
+
+    def details(self) -> list[str]:
+        return [
+            f"{name}: p50 {percentile_ms(s, 50):.2f} ms, p99 {percentile_ms(s, 99):.2f} ms, "
+            f"max {max(s) * 1000:.2f} ms over {len(s)} round trips"
+            for name, s in (("raw-W2", self.raw), ("Lakeshore W2", self.ours))
+        ]
+
+
+async def measure(n: int = N, concurrency: int = CONCURRENCY) -> LatencyFigures:
     async with server() as srv:
-        nc = await srv.raw_nats()
-        js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(name="RAWLAT", subjects=["rawlat.>"], retention=RetentionPolicy.WORK_QUEUE)
-        )
-        sub = await js.pull_subscribe("rawlat.x", durable="w", stream="RAWLAT")
-        done = await nc.subscribe("rawlat.done")
-
-        async def worker() -> None:
-            while True:
-                try:
-                    msgs = await sub.fetch(1, timeout=5)
-                except nats.errors.TimeoutError:
-                    continue
-                for m in msgs:
-                    await m.ack_sync()
-                    await nc.publish("rawlat.done", m.data)
-
-        task = asyncio.create_task(worker())
-        out = []
-        for i in range(n + 20):
-            start = time.perf_counter()
-            await js.publish("rawlat.x", b"%d" % i)
-            await done.next_msg(timeout=10)
-            if i >= 20:
-                out.append(time.perf_counter() - start)
-        task.cancel()
-        await nc.close()
-    return out
+        raw = await _raw.round_trips(srv, n, WARMUP)
+    return LatencyFigures(await round_trips(n, concurrency), raw)
 
 
 async def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--n", type=int, default=500)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=N)
+    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
     args = p.parse_args()
-    raw = await raw_latencies(args.n)
-    ours = await lakeshore_latencies(args.n)
-    print(
-        f"raw nats-py JetStream round trip: p50 {_pct(raw, 50):.2f} ms, p99 {_pct(raw, 99):.2f} ms"
-    )
-    print(
-        f"lakeshore submit -> result:       p50 {_pct(ours, 50):.2f} ms, "
-        f"p99 {_pct(ours, 99):.2f} ms (target p50 <= 2, p99 <= 5)"
-    )
+    figures = await measure(args.n, args.concurrency)
+    print(table(figures.rows()))
+    print("\n".join(figures.details()))
 
 
 if __name__ == "__main__":

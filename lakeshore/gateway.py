@@ -1,10 +1,12 @@
-"""The control plane's NATS front door: register, heartbeat and the SDK's submit fast path.
+"""The control plane's NATS front door: register, heartbeat and the SDK's fast path (submit,
+and the result wait answered the moment the Recorder accepts an outcome).
 
 Like the HTTP layer it is thin: decode, check, call the service HTTP calls too, encode the
 answer (or an ``ErrorBody``). NATS's permissions (see docs/security.md) let a daemon publish
 only on subjects that end with its own worker id, so a register or heartbeat is checked to
-speak for the daemon its subject names; a fast-path submit carries the same bearer token as
-HTTP.
+speak for the daemon its subject names; a fast-path request carries the same bearer token
+as HTTP, checked on every request (a revoked token stops at once). An answer larger than
+NATS takes is refused with ``too_large`` and the SDK asks over HTTP instead.
 """
 
 from __future__ import annotations
@@ -18,8 +20,22 @@ import msgspec
 from lakeshore.access import Access
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.nats import NatsBus
-from lakeshore.errors import Forbidden, Internal, Invalid, LakeshoreError, NamespaceNotFound
-from lakeshore.model import ErrorBody, ErrorDetail, FastSubmit, Heartbeat, WorkerRegister
+from lakeshore.errors import (
+    Forbidden,
+    Internal,
+    Invalid,
+    LakeshoreError,
+    NamespaceNotFound,
+    TooLarge,
+)
+from lakeshore.model import (
+    ErrorBody,
+    ErrorDetail,
+    FastResult,
+    FastSubmit,
+    Heartbeat,
+    WorkerRegister,
+)
 from lakeshore.services import FleetService, JobService
 
 log = logging.getLogger(__name__)
@@ -42,12 +58,15 @@ class Gateway:
         self._subs: list[Any] = []
 
     async def start(self) -> None:
-        for subject, handler in (
-            (subjects.register_wildcard(), self._register),
-            (subjects.heartbeat_wildcard(), self._heartbeat),
-            (subjects.submit_wildcard(), self._submit),
+        for subject, handler, concurrent in (
+            (subjects.register_wildcard(), self._register, False),
+            (subjects.heartbeat_wildcard(), self._heartbeat, False),
+            # A submit to a full ``block`` queue and a result wait may wait: one task each.
+            (subjects.submit_wildcard(), self._submit, True),
+            (subjects.result_wait_wildcard(), self._result, True),
         ):
-            self._subs.append(await self._bus.respond(subject, _answering(handler)))
+            answer = _answering(handler, self._bus.max_payload)
+            self._subs.append(await self._bus.respond(subject, answer, concurrent=concurrent))
 
     async def stop(self) -> None:
         for sub in self._subs:
@@ -79,13 +98,26 @@ class Gateway:
             ns, queue, body.invocations, actor=caller.token_id, wait_s=body.wait_s
         )
 
+    async def _result(self, subject: str, data: bytes) -> Any:
+        _, ns, _, job_id = subject.split(".")
+        body = codec.decode(data, FastResult)
+        caller = await self._access.identify(f"Bearer {body.token}")
+        await self._access.authorize(caller, ns)
+        return await self._jobs.result(ns, job_id, body.wait_s)
+
 
 def _answering(
-    handler: Callable[[str, bytes], Awaitable[Any]],
+    handler: Callable[[str, bytes], Awaitable[Any]], max_payload: int
 ) -> Callable[[str, bytes], Awaitable[bytes]]:
     async def answer(subject: str, data: bytes) -> bytes:
         try:
-            return codec.encode(await handler(subject, data))
+            encoded = codec.encode(await handler(subject, data))
+            if len(encoded) > max_payload:
+                raise TooLarge(
+                    f"the answer on {subject} ({len(encoded)} bytes) is larger than NATS takes "
+                    f"({max_payload}); ask over HTTP"
+                )
+            return encoded
         except LakeshoreError as e:
             err: LakeshoreError = e
         except (msgspec.ValidationError, msgspec.DecodeError) as e:

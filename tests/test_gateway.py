@@ -1,6 +1,9 @@
-"""The NATS front door: register, heartbeat (membership, retire, liveness), fast submit."""
+"""The NATS front door: register, heartbeat (membership, retire, liveness), fast submit
+and result waits."""
 
 from __future__ import annotations
+
+import asyncio
 
 import msgspec
 import pytest_asyncio
@@ -9,12 +12,16 @@ from polling import eventually
 
 from lakeshore.actors.workers import new_worker_id
 from lakeshore.bus import codec, subjects
+from lakeshore.gateway import _answering
 from lakeshore.model import (
     ErrorBody,
+    FastResult,
     FastSubmit,
     Heartbeat,
     HeartbeatReply,
     InvocationSubmit,
+    Job,
+    Result,
     SubmitAnswer,
     Worker,
     WorkerRegister,
@@ -134,3 +141,33 @@ async def test_fast_submit_over_nats(api, nc, control_plane):
     assert isinstance(answer, ErrorBody) and answer.error.code == "unauthorized"
     reply = await nc.request(subject, b"{not json", timeout=5)
     assert codec.decode(reply.data, ErrorBody).error.code == "invalid"
+
+
+async def test_a_result_wait_is_held_and_answers_while_other_requests_go_on(api, nc, control_plane):
+    await api.post("/v1/namespaces/default/queues", {"name": "q"})
+    token = control_plane.admin_token
+    body = FastSubmit(token=token, invocations=[InvocationSubmit(fn="m:f")])
+    [job_id] = (await _request(nc, subjects.submit_subject("default", "q"), body, SubmitAnswer)).ids
+    wait = codec.encode(FastResult(token=token, wait_s=30))
+    subject = subjects.result_wait_subject("default", job_id)
+    held = asyncio.create_task(nc.request(subject, wait, timeout=30))
+    # Other requests are answered while the wait is held (one task per request).
+    again = await _request(nc, subjects.submit_subject("default", "q"), body, SubmitAnswer)
+    assert isinstance(again, SubmitAnswer) and not held.done()
+    status, _ = await api.post(f"/v1/namespaces/default/jobs/{job_id}/cancel")
+    assert status == 200
+    result = codec.decode((await asyncio.wait_for(held, 10)).data, Result)
+    assert (result.id, result.ok, result.error.type) == (job_id, False, "lakeshore.Cancelled")
+    unknown = await _request(
+        nc, subjects.result_wait_subject("default", "nope"), FastResult(token=token), Job
+    )
+    assert isinstance(unknown, ErrorBody) and unknown.error.code == "not_found"
+
+
+async def test_an_answer_larger_than_nats_takes_is_refused_with_too_large():
+    async def big(subject: str, data: bytes) -> dict[str, str]:
+        return {"value": "x" * 100}
+
+    answer = _answering(big, max_payload=50)
+    error = codec.decode(await answer("ls.default.result.j", b"{}"), ErrorBody).error
+    assert error.code == "too_large" and "ask over HTTP" in error.message

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 _FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 #: NATS' default max payload; an invocation must fit in one message.
 MAX_PAYLOAD_BYTES = 1024 * 1024
+#: An event batch is cut at about this size, well within one NATS message (bytes).
+MAX_EVENT_BATCH_BYTES = 256 * 1024
+_encode = codec.encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,19 @@ def submitted_events(
     ]
 
 
-def event_batches(events: list[InvocationEvent], size: int = 1000) -> list[EventBatch]:
-    """Split events into batches that fit in one NATS message."""
-    return [EventBatch(events=events[i : i + size]) for i in range(0, len(events), size)]
+def event_batches(
+    events: list[InvocationEvent], size: int = 1000, max_bytes: int = MAX_EVENT_BATCH_BYTES
+) -> list[EventBatch]:
+    """Split events into batches that fit in one NATS message: at most ``size`` events and
+    about ``max_bytes`` (a ``submitted`` event carries the invocation's command)."""
+    batches: list[EventBatch] = []
+    start, used = 0, 0
+    for i, ev in enumerate(events):
+        n = len(_encode(ev))
+        if i > start and (i - start >= size or used + n > max_bytes):
+            batches.append(EventBatch(events=events[start:i]))
+            start, used = i, 0
+        used += n
+    if start < len(events):
+        batches.append(EventBatch(events=events[start:]))
+    return batches

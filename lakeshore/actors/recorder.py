@@ -1,17 +1,20 @@
 """Recorder: the one writer of invocation history, and the judge of fenced completion.
 
 A loop task the Recorder owns fetches event messages from ``LS_EVENTS``, runs their events
-through :mod:`lakeshore.fencing`, appends all a fetch brought with *one*
-``append_invocation_events`` call, and only then acks. A crash loses nothing (unacked
-messages are redelivered) and records nothing twice (the sequences of appended messages are
-written in the append's transaction; a redelivered message is checked against them).
+through :mod:`lakeshore.fencing`, tells the result waiters, and hands the fenced batch to
+its :class:`~lakeshore.actors.history.HistoryWriter`, which appends to the store behind
+it (batches that queue up during an append go in one statement) and only then acks. A
+crash loses nothing (unacked messages are redelivered and fenced again, to the same
+outcome) and records nothing twice (the sequences of appended messages are written in
+the append's transaction; a redelivered message is checked against them).
 
 Fences live in memory for every unfinished invocation plus an LRU of finished ones. A miss
 asks the store, unless the id is above the greatest id ever recorded (ids are time-ordered,
 so a new invocation costs no lookup). They are rebuilt from the store at every start.
 
 The inbox never waits for the loop: ``WaitFinished`` answers a future that resolves once
-the invocation's terminal event is in the store.
+the invocation's terminal event is fenced (durable in JetStream; in the store moments
+later), ``WaitRecorded`` one that resolves once a message is in the store.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ from msgspec import Struct
 
 from lakeshore import fencing
 from lakeshore.actors.base import Actor
+from lakeshore.actors.history import Fenced, HistoryWriter
 from lakeshore.bus.port import Delivery, Feed
 from lakeshore.errors import Unavailable
 from lakeshore.faults import Faults
-from lakeshore.fencing import Fence, Fenced, Key
+from lakeshore.fencing import Fence, Key
 from lakeshore.model import EventType, InvocationEvent
 from lakeshore.store.port import InvocationHistory
 
@@ -60,6 +64,11 @@ class WaitRecorded(Struct, frozen=True):
     seq: int
 
 
+class Settled(Struct, frozen=True):
+    """Answered with an ``asyncio.Future[int]`` that resolves once every event message
+    fenced so far is in the store (at once when none is waiting for its append)."""
+
+
 class Knows(Struct, frozen=True):
     """Answered with whether the invocation is in the Recorder's memory (every invocation
     unfinished at start or seen since, within the LRU of finished ones): no store query."""
@@ -72,7 +81,7 @@ class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
-RecorderMsg = WaitFinished | WaitRecorded | Knows | GetStats
+RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | GetStats
 
 
 class RecorderStats(Struct, frozen=True, kw_only=True):
@@ -120,27 +129,33 @@ class Recorder(Actor[RecorderMsg]):
         faults: Faults | None = None,
     ) -> None:
         self._store, self._feed = store, feed
-        self._faults = faults or Faults()
         self._max_batch, self._fetch_timeout_s = max_batch, fetch_timeout_s
-        self._cache_size, self._prune_every_s, self._clock = finished_cache, prune_every_s, clock
+        self._cache_size, self._clock = finished_cache, clock
+        self._writer = HistoryWriter(
+            store, feed, self._recorded, prune_every_s=prune_every_s, faults=faults, clock=clock
+        )
+        self._writer_task: asyncio.Task[None] | None = None
         self._unfinished: dict[Key, Fence] = {}
         self._finished: OrderedDict[Key, Fence] = OrderedDict()
         self._hwm: str | None = None
         self._waiters: dict[Key, list[asyncio.Future[Fence]]] = {}
         self._seq_waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._loop: asyncio.Task[None] | None = None
-        self._stopping = self._recording = False
-        self._pruned_at = 0.0
+        self._stopping = False
         self._registered = 0
         self._events = self._stale = self._messages = self._appends = self._last_seq = 0
+        #: highest ``LS_EVENTS`` sequence fenced (``_last_seq`` follows once appended)
+        self._fenced_seq = 0
         self._rate: deque[tuple[float, int]] = deque()
 
     async def started(self) -> None:
         await self._halt_loop()
         await self._feed.ensure()
-        await self._prune()
+        await self._writer.prune()
         await self._load()
+        self._fenced_seq = self._last_seq  # what was fenced but not appended comes again
         self._stopping = False
+        self._writer_task = asyncio.create_task(self._writer.run(), name="recorder-history")
         self._loop = asyncio.create_task(self._run(), name="recorder-loop")
         log.info("recorder started: %d unfinished invocation(s)", len(self._unfinished))
 
@@ -157,12 +172,9 @@ class Recorder(Actor[RecorderMsg]):
             case WaitFinished(namespace=ns, id=inv_id):
                 return await self._wait_finished((ns, inv_id))
             case WaitRecorded(seq=seq):
-                fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-                if self._last_seq >= seq:
-                    fut.set_result(self._last_seq)
-                else:
-                    self._seq_waiters.append((seq, fut))
-                return fut
+                return self._wait_recorded(seq)
+            case Settled():
+                return self._wait_recorded(self._fenced_seq)
             case Knows(namespace=ns, id=inv_id):
                 return (ns, inv_id) in self._unfinished or (ns, inv_id) in self._finished
             case GetStats():
@@ -173,76 +185,75 @@ class Recorder(Actor[RecorderMsg]):
     async def _run(self) -> None:
         held: list[Delivery] = []
         failures = 0
-        suspect = False
         while not self._stopping:
             try:
-                if suspect:
-                    # A record failed midway: memory may be ahead of the store.
-                    await self._load()
                 held = held or await self._feed.fetch(self._max_batch, self._fetch_timeout_s)
                 if held:
-                    self._recording = True
-                    await self._record(held, recheck=suspect)
-                    done, held, suspect = held, [], False
-                    await self._feed.ack(done)
-                    self._recording = False
-                if self._clock() - self._pruned_at >= self._prune_every_s:
-                    await self._prune()
+                    await self._record(held)
+                    held = []
                 failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
-                # Held messages are retried, never skipped: later ones would overtake them.
-                suspect = suspect or self._recording
-                self._recording = False
+                # Nothing of a failed fetch is in memory yet: the same messages are fenced
+                # again, never skipped (later ones would overtake them).
                 failures += 1
                 log.exception("recorder: attempt %d failed; retrying", failures)
                 await asyncio.sleep(min(0.05 * 2**failures, 5.0))
 
     async def _halt_loop(self) -> None:
         task, self._loop = self._loop, None
+        writer, self._writer_task = self._writer_task, None
         if task is None:
             return
         self._stopping = True
-        if not self._recording:
-            task.cancel()
-        try:
-            # Let an append in progress be acked (else it is redelivered, and skipped).
-            _, running = await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
-            if running:
-                log.warning("recorder: the loop did not stop within %g s", STOP_TIMEOUT_S)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        # Let the appends of what was fenced be acked (else it is redelivered, and skipped).
+        if not await self._writer.drain(STOP_TIMEOUT_S):
+            log.warning("recorder: the history did not catch up within %g s", STOP_TIMEOUT_S)
+        if writer is not None:
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+        # What is left was never acked: redelivered to the next loop, fenced anew.
+        self._writer.discard()
 
-    async def _record(self, deliveries: list[Delivery], recheck: bool) -> None:
-        fresh = await self._unrecorded(deliveries, recheck)
+    async def _record(self, deliveries: list[Delivery]) -> None:
+        fresh = await self._unrecorded(deliveries)
+        if not fresh:
+            return
         events = [ev for d in fresh for ev in on_server_clock(d)]
         fenced = fencing.fence_batch(events, await self._known(events))
+        # Waiters are told before the append: the outcome is already durable (the events
+        # in JetStream, the result in KV) and fencing is deterministic, so a redelivered
+        # batch is fenced to the same outcome. History follows in the writer.
+        self._commit(fenced)
+        self._fenced_seq = max(self._fenced_seq, *(d.seq for d in fresh))
         rows = [_row(ev) for ev in fenced.events]
-        # A result waiter is told before the append: the outcome is already durable (the
-        # events in JetStream, the result in KV) and fencing is deterministic, so a failed
-        # append re-fences the redelivered batch to the same outcome. History follows.
-        self._resolve_finished(fenced)
-        await self._store.append_invocation_events(rows, batches=[d.seq for d in fresh])
-        self._faults.hit("recorder.appended")
-        self._commit(fenced, deliveries)
+        await self._writer.put(Fenced(rows, fresh, len(fenced.events), fenced.stale))
 
-    def _resolve_finished(self, fenced: Fenced) -> None:
+    def _resolve_finished(self, fenced: fencing.Fenced) -> None:
         for key in fenced.finished:
             for fut in self._waiters.pop(key, ()):
                 if not fut.done():
                     fut.set_result(fenced.fences[key])
 
-    async def _unrecorded(self, deliveries: list[Delivery], recheck: bool) -> list[Delivery]:
-        """Drop messages already appended: only a redelivery (or a retry) can be one."""
-        again = [d.seq for d in deliveries if recheck or d.delivered > 1]
-        if not again:
+    async def _unrecorded(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """Drop messages already fenced (only a redelivery can be one): one still waiting
+        for its append is acked with it, one already appended is acked now."""
+        redelivered = [d for d in deliveries if d.delivered > 1]
+        if not redelivered:
             return deliveries
-        done = await self._store.recorded_batches(again)
+        adopted = {d.seq for d in redelivered if self._writer.adopt(d)}
+        ask = [d.seq for d in redelivered if d.seq not in adopted]
+        done = await self._store.recorded_batches(ask) if ask else set()
+        if done or adopted:
+            count = len(done) + len(adopted)
+            log.info("recorder: %d redelivered message(s) were already recorded", count)
         if done:
-            log.info("recorder: %d redelivered message(s) were already recorded", len(done))
-        return [d for d in deliveries if d.seq not in done]
+            acked = [d for d in redelivered if d.seq in done]
+            await self._writer.put(Fenced([], acked, 0, 0, appended=True))
+        return [d for d in deliveries if d.seq not in adopted and d.seq not in done]
 
     async def _known(self, events: list[InvocationEvent]) -> dict[Key, Fence]:
         known: dict[Key, Fence] = {}
@@ -260,8 +271,8 @@ class Recorder(Actor[RecorderMsg]):
             known.update((k, f) for k, f in stored.items() if k not in known)
         return known
 
-    def _commit(self, fenced: Fenced, deliveries: list[Delivery]) -> None:
-        """Make a recorded batch visible: fences, counters, then the waiters."""
+    def _commit(self, fenced: fencing.Fenced) -> None:
+        """Make a fenced batch the truth in memory, then tell its waiters."""
         for key, fence in fenced.fences.items():
             if fence.finished:
                 self._unfinished.pop(key, None)
@@ -274,16 +285,22 @@ class Recorder(Actor[RecorderMsg]):
         top = max((k[1] for k in fenced.fences), default=None)
         if top is not None and (self._hwm is None or top > self._hwm):
             self._hwm = top
-        now, n = self._clock(), len(fenced.events)
-        self._events, self._stale = self._events + n, self._stale + fenced.stale
-        self._messages, self._appends = self._messages + len(deliveries), self._appends + 1
-        self._last_seq = max(self._last_seq, *(d.seq for d in deliveries))
+        if log.isEnabledFor(logging.INFO):
+            _log_outcomes(fenced)
+        self._resolve_finished(fenced)
+
+    def _recorded(self, batches: list[Fenced]) -> None:
+        """The writer appended and acked these: counters, then the sequence waiters."""
+        now = self._clock()
+        n = sum(b.events for b in batches)
+        self._events += n
+        self._stale += sum(b.stale for b in batches)
+        self._messages += sum(len(b.deliveries) for b in batches)
+        self._appends += any(not b.appended for b in batches)
+        self._last_seq = max(self._last_seq, *(d.seq for b in batches for d in b.deliveries))
         self._rate.append((now, n))
         while self._rate[0][0] < now - RATE_WINDOW_S:
             self._rate.popleft()
-        if log.isEnabledFor(logging.INFO):
-            _log_outcomes(fenced)
-        self._resolve_finished(fenced)  # waiters that came during the append
         waiting = []
         for seq, seq_fut in self._seq_waiters:
             if seq <= self._last_seq and not seq_fut.done():
@@ -296,11 +313,6 @@ class Recorder(Actor[RecorderMsg]):
         self._unfinished = await self._store.unfinished_fences()
         self._finished.clear()
         self._hwm = await self._store.max_invocation_id()
-
-    async def _prune(self) -> None:
-        ack_floor, last_seq = await self._feed.progress()
-        await self._store.prune_recorded_batches(ack_floor, last_seq)
-        self._pruned_at = self._clock()
 
     # ---- the inbox ------------------------------------------------------------------
 
@@ -319,6 +331,14 @@ class Recorder(Actor[RecorderMsg]):
             stored = (await self._store.fences([key[1]])).get(key)
             if stored is not None and stored.finished and not fut.done():
                 fut.set_result(stored)
+        return fut
+
+    def _wait_recorded(self, seq: int) -> asyncio.Future[int]:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if self._last_seq >= seq:
+            fut.set_result(self._last_seq)
+        else:
+            self._seq_waiters.append((seq, fut))
         return fut
 
     def _sweep_waiters(self) -> None:
@@ -363,7 +383,7 @@ def on_server_clock(d: Delivery) -> list[InvocationEvent]:
     return [msgspec.structs.replace(ev, ts=ev.ts + offset) for ev in events]
 
 
-def _log_outcomes(fenced: Fenced) -> None:
+def _log_outcomes(fenced: fencing.Fenced) -> None:
     for key in fenced.finished:
         fence = fenced.fences[key]
         log.info("job %s/%s %s (attempt %d)", *key, fence.state.value, fence.started_epoch)

@@ -61,6 +61,7 @@ class NatsBus:
         self._js = js
         self._replicas = replicas
         self._ack_wait_s = ack_wait_s
+        self._answering: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def connect(
@@ -82,10 +83,18 @@ class NatsBus:
         return self._nc
 
     @property
+    def max_payload(self) -> int:
+        """The largest message the server takes (bytes)."""
+        return self._nc.max_payload
+
+    @property
     def connected(self) -> bool:
         return self._nc.is_connected
 
     async def close(self) -> None:
+        for task in list(self._answering):
+            task.cancel()
+        await asyncio.gather(*self._answering, return_exceptions=True)
         await self._nc.close()
 
     async def ensure_queue(
@@ -108,22 +117,30 @@ class NatsBus:
         )
         async with self._errors(f"ensure the stream of {namespace}/{queue}"):
             try:
-                await self._js.stream_info(cfg.name)
-                await self._js.update_stream(cfg)
+                info = await self._js.stream_info(cfg.name)
             except jse.NotFoundError:
                 await self._js.add_stream(cfg)
-            for level in range(levels):
-                await self._js.add_consumer(
-                    cfg.name,
-                    ConsumerConfig(
-                        durable_name=subjects.level_consumer(level),
-                        filter_subject=subjects.level_subject(namespace, queue, level),
-                        ack_policy=AckPolicy.EXPLICIT,
-                        ack_wait=self._ack_wait_s,
-                        max_ack_pending=10_000,
-                        num_replicas=self._replicas,
-                    ),
+            else:
+                # Every start ensures every queue: an update only when something changed.
+                if not same_stream(info.config, cfg):
+                    await self._js.update_stream(cfg)
+            # Creating a durable consumer with its current config changes nothing.
+            await asyncio.gather(
+                *(
+                    self._js.add_consumer(
+                        cfg.name,
+                        ConsumerConfig(
+                            durable_name=subjects.level_consumer(level),
+                            filter_subject=subjects.level_subject(namespace, queue, level),
+                            ack_policy=AckPolicy.EXPLICIT,
+                            ack_wait=self._ack_wait_s,
+                            max_ack_pending=10_000,
+                            num_replicas=self._replicas,
+                        ),
+                    )
+                    for level in range(levels)
                 )
+            )
 
     async def delete_queue(self, namespace: str, queue: str) -> None:
         """Delete the queue's stream (and with it every pending invocation)."""
@@ -276,18 +293,36 @@ class NatsBus:
             )
 
     async def respond(
-        self, subject: str, handler: Callable[[str, bytes], Awaitable[bytes]], *, group: str = ""
+        self,
+        subject: str,
+        handler: Callable[[str, bytes], Awaitable[bytes]],
+        *,
+        group: str = "",
+        concurrent: bool = False,
     ) -> Subscription:
         """Answer requests on ``subject`` (wildcards allowed) with ``handler(subject, data)``.
 
-        Requests are handled concurrently; a handler must not raise (it answers errors).
-        With ``group``, one member of the queue group answers each request.
+        A handler must not raise (it answers errors). Requests are handled one after the
+        other, or each in its own task with ``concurrent`` (for requests that may wait, such
+        as a result's long wait); :meth:`close` cancels those still running. With ``group``,
+        one member of the queue group answers each request.
         """
 
-        async def on_msg(msg: Msg) -> None:
+        async def answer(msg: Msg) -> None:
             reply = await handler(msg.subject, msg.data)
             if msg.reply:
-                await msg.respond(reply)
+                try:
+                    await msg.respond(reply)
+                except nats.errors.Error as e:  # the asker is gone, or NATS is
+                    log.debug("no answer on %s: %s", msg.subject, e)
+
+        async def on_msg(msg: Msg) -> None:
+            if not concurrent:
+                await answer(msg)
+                return
+            task = asyncio.create_task(answer(msg))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
 
         sub = await self._nc.subscribe(subject, group, cb=on_msg, pending_msgs_limit=65536)
         # Once this returns the server routes requests here: a daemon registering the moment
@@ -297,6 +332,19 @@ class NatsBus:
 
     def _errors(self, what: str) -> _NatsErrors:
         return _NatsErrors(what)
+
+
+def same_stream(have: StreamConfig, want: StreamConfig) -> bool:
+    """Whether a stream's config already has every setting a queue's stream is given."""
+    return (
+        list(have.subjects or []) == list(want.subjects or [])
+        and have.retention == want.retention
+        and have.storage == want.storage
+        and have.discard == want.discard
+        and (have.max_msgs if have.max_msgs is not None else -1) == want.max_msgs
+        and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
+        and (have.num_replicas or 1) == (want.num_replicas or 1)
+    )
 
 
 class _NatsErrors:

@@ -58,6 +58,16 @@ def submit_subject(namespace: str, queue: str) -> str:
     return f"ls.{namespace}.submit.{queue}"
 
 
+def result_wait_wildcard() -> str:
+    return "ls.*.result.*"
+
+
+def result_wait_subject(namespace: str, invocation_id: str) -> str:
+    """Request/reply: the SDK's fast-path result wait (``FastResult`` → ``Result`` or
+    ``Job``), answered the moment the Recorder accepts the outcome."""
+    return f"ls.{namespace}.result.{invocation_id}"
+
+
 def heartbeat_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.hb.{worker_id}"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from lakeshore.http import (
+    bus,
     controller,
     daemons,
     invocations,
@@ -30,6 +31,7 @@ ROUTE_MODULES = (
     daemons,
     providers,
     controller,
+    bus,
 )
 #: Largest request body accepted (bytes); larger answers 413.
 MAX_BODY_BYTES = 4 * 1024 * 1024

@@ -16,6 +16,7 @@ from lakeshore.model.access import (
 )
 from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
 from lakeshore.model.daemon import (
+    BusAccess,
     DaemonAccess,
     DaemonControl,
     DaemonJoin,
@@ -29,6 +30,7 @@ from lakeshore.model.invocations import (
     Attempt,
     EventBatch,
     EventType,
+    FastResult,
     FastSubmit,
     Invocation,
     InvocationEvent,
@@ -93,11 +95,13 @@ __all__ = [
     "MAX_BATCH",
     "TERMINAL_STATES",
     "Attempt",
+    "BusAccess",
     "DaemonAccess",
     "DaemonControl",
     "DaemonJoin",
     "EventBatch",
     "EventType",
+    "FastResult",
     "FastSubmit",
     "Heartbeat",
     "HeartbeatReply",

@@ -57,6 +57,16 @@ class DaemonJoin(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     id: str | None = None
 
 
+class BusAccess(Struct, frozen=True, kw_only=True):
+    """``GET /v1/bus``: where the SDK's fast path reaches NATS (it logs in as
+    ``producer/<nonce>`` with its token, the password)."""
+
+    #: NATS server URL(s), comma-separated
+    nats_url: str
+    #: PEM of the CA that signs the NATS server's certificate; ``None``: NATS is plain text
+    ca_pem: str | None = None
+
+
 class DaemonAccess(Struct, frozen=True, kw_only=True):
     """All a daemon needs to join: where NATS is, its identity and its credential."""
 

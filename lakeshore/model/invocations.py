@@ -111,6 +111,13 @@ class FastSubmit(Struct, frozen=True, kw_only=True):
     wait_s: Annotated[float, Meta(ge=0, le=600)] = 30.0
 
 
+class FastResult(Struct, frozen=True, kw_only=True):
+    """The SDK's NATS fast path on ``ls.<ns>.result.<id>``: the result route's long wait."""
+
+    token: str
+    wait_s: Annotated[float, Meta(ge=0, le=600)] = 0.0
+
+
 class SubmitAnswer(Struct, frozen=True, kw_only=True):
     """202: the ids in submission order; warnings such as ``no_members``."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakeshore.sdk.call import Call
+from lakeshore.sdk.fastpath import FastPath
 from lakeshore.sdk.fleet import FleetRoutes
 from lakeshore.sdk.jobs import JobRoutes
 from lakeshore.sdk.namespaces import NamespaceRoutes
@@ -35,7 +36,29 @@ class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes):
 
     Use it as ``async with Client(...) as client:``; a session is opened on first use and
     closed by :meth:`close` (which the context manager calls).
+
+    ``fast_path`` (with a token) lets :attr:`fast` submit and wait for results over NATS
+    (see :mod:`~lakeshore.sdk.fastpath`); the typed routes always speak HTTP.
     """
+
+    def __init__(
+        self,
+        api: str,
+        token: str | None,
+        namespace: str = "default",
+        timeout_s: float = 30,
+        *,
+        fast_path: bool = True,
+    ) -> None:
+        super().__init__(api, token, namespace, timeout_s)
+        #: submits and result waits over NATS when it can be reached, else HTTP
+        self.fast = FastPath(self, token if fast_path else None)
+
+    async def close(self) -> None:
+        """Close the HTTP session and the fast path's connection; the client may be used
+        again afterwards."""
+        await self.fast.close()
+        await super().close()
 
     # ---- service ------------------------------------------------------------------------
 

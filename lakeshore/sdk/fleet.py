@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakeshore.model import (
+    BusAccess,
     ControllerStatus,
     DaemonAccess,
     DaemonJoin,
@@ -19,7 +20,7 @@ from lakeshore.model import (
     WorkerEdited,
 )
 from lakeshore.sdk.call import Call
-from lakeshore.sdk.transport import Transport
+from lakeshore.sdk.transport import Transport, api_path
 
 
 class FleetRoutes(Transport):
@@ -77,6 +78,11 @@ class FleetRoutes(Transport):
         CA of NATS's certificate. ``lakeshore daemon run --api --token`` calls it."""
         path = self._ns(namespace, "daemons", "join")
         return Call(self, DaemonAccess, "POST", path, json=DaemonJoin(id=worker_id))
+
+    def bus_access(self) -> Call[BusAccess]:
+        """Where this client's fast path reaches NATS: the URL(s) and the CA (see
+        :mod:`~lakeshore.sdk.fastpath`)."""
+        return Call(self, BusAccess, "GET", api_path("bus"))
 
     def providers_add(
         self,

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import Job, JobDetail, Result
 from lakeshore.sdk import sync
 from lakeshore.sdk.client import Client
+
+T = TypeVar("T")
 
 #: The result route holds a request at most this long (seconds).
 MAX_WAIT_S = 600.0
@@ -138,16 +141,30 @@ async def poll_result(
     Raises:
         LakeshoreError: from the API (e.g. ``NotFound`` for an unknown id).
     """
+
+    async def ask(wait_s: float) -> tuple[Result | Job, Any]:
+        call = client.job_result(invocation_id, wait_s=wait_s, namespace=namespace)
+        body = await call.body()
+        return call.decode(body), body
+
+    return await _long_poll(ask, timeout_s, client.timeout_s)
+
+
+async def _long_poll(
+    ask: Callable[[float], Awaitable[tuple[Result | Job, T]]],
+    timeout_s: float | None,
+    request_timeout_s: float,
+) -> tuple[Result | Job, T]:
+    """``ask(wait_s)`` until it answers a ``Result`` or ``timeout_s`` has passed, each wait
+    shorter than the request timeout."""
     clock = time.monotonic
     deadline = None if timeout_s is None else clock() + timeout_s
     # Half the request timeout leaves the server time to answer a held request.
-    slice_s = min(MAX_WAIT_S, client.timeout_s / 2)
+    slice_s = min(MAX_WAIT_S, request_timeout_s / 2)
     while True:
         left = slice_s if deadline is None else max(0.0, min(slice_s, deadline - clock()))
         asked = clock()
-        call = client.job_result(invocation_id, wait_s=left, namespace=namespace)
-        body = await call.body()
-        answer = call.decode(body)
+        answer, body = await ask(left)
         if isinstance(answer, Result) or (deadline is not None and clock() >= deadline):
             return answer, body
         if (early := MIN_POLL_S - (clock() - asked)) > 0:
@@ -162,7 +179,8 @@ async def wait_result(
     *,
     namespace: str | None = None,
 ) -> Result:
-    """Wait until an invocation has finished and return its result, failed or not.
+    """Wait until an invocation has finished and return its result, failed or not, over
+    the client's fast path (told the moment the outcome is accepted).
 
     Args:
         timeout_s: longest wait in seconds; ``None`` waits for ever, ``0`` asks once.
@@ -171,7 +189,11 @@ async def wait_result(
         TimeoutError: it had not finished within ``timeout_s``.
         LakeshoreError: from the API (e.g. ``NotFound`` for an unknown id).
     """
-    answer, _ = await poll_result(client, invocation_id, timeout_s, namespace=namespace)
+
+    async def ask(wait_s: float) -> tuple[Result | Job, None]:
+        return await client.fast.result(invocation_id, wait_s, namespace=namespace), None
+
+    answer, _ = await _long_poll(ask, timeout_s, client.timeout_s)
     if isinstance(answer, Job):
         raise TimeoutError(
             f"invocation {invocation_id} did not finish within {timeout_s:g}s "

@@ -7,6 +7,7 @@ named, rebuilt through :data:`~lakeshore.errors.ERRORS_BY_CODE`.
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Self
 from urllib.parse import quote
@@ -33,6 +34,8 @@ _ERRORS_BY_STATUS: dict[int, type[LakeshoreError]] = {
     )
 }
 _EXCERPT_CHARS = 200
+#: Request bodies larger than this are streamed (bytes).
+_STREAM_BODY_BYTES = 512 * 1024
 
 
 def api_path(*segments: str) -> str:
@@ -40,7 +43,7 @@ def api_path(*segments: str) -> str:
     return "/v1/" + "/".join(quote(s, safe="") for s in segments)
 
 
-def _error_from(status: int, raw: bytes, url: str) -> LakeshoreError:
+def error_from(status: int, raw: bytes, url: str) -> LakeshoreError:
     """The error a non-2xx answer stands for (see :meth:`Transport.request`)."""
     try:
         detail = msgspec.json.decode(raw)["error"]
@@ -118,8 +121,12 @@ class Transport:
                 headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
             )
         url = self.api + path
-        data = None if json is None else msgspec.json.encode(json)
-        headers = None if data is None else {"Content-Type": "application/json"}
+        encoded = None if json is None else msgspec.json.encode(json)
+        headers = None if encoded is None else {"Content-Type": "application/json"}
+        # aiohttp sends a large bytes body from the event loop in one go; a stream it reads.
+        data: bytes | io.BytesIO | None = encoded
+        if encoded is not None and len(encoded) > _STREAM_BODY_BYTES:
+            data = io.BytesIO(encoded)
         try:
             async with self._session.request(
                 method, url, data=data, params=params, headers=headers
@@ -141,17 +148,17 @@ class Transport:
                 "`lakeshore server` or point --api (or LAKESHORE_API) at a running one"
             ) from None
         if not 200 <= status < 300:
-            raise _error_from(status, raw, url)
+            raise error_from(status, raw, url)
         if not raw:
             return None
         try:
             return msgspec.json.decode(raw)
         except msgspec.DecodeError:
-            raise _error_from(status, raw, url) from None
+            raise error_from(status, raw, url) from None
 
     def _ns(self, namespace: str | None, *segments: str) -> str:
         """The path of ``segments`` under ``namespace`` (default: the client's)."""
         return api_path("namespaces", namespace or self.namespace, *segments)
 
 
-__all__ = ["Transport", "api_path"]
+__all__ = ["Transport", "api_path", "error_from"]

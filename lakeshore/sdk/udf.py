@@ -224,8 +224,9 @@ class Udf(Generic[P, R]):
         out: list[Invocation] = []
         for start in range(0, len(specs), MAX_BATCH):
             chunk = specs[start : start + MAX_BATCH]
-            body = chunk if len(specs) > 1 else chunk[0]
-            answer = await client.submit(self.queue, body, namespace=self.namespace)
+            answer = await client.fast.submit(
+                self.queue, chunk, wait_s=None, namespace=self.namespace
+            )
             out.extend(_handles(answer))
         return out
 

@@ -78,10 +78,15 @@ def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions
 
 
 def producer(namespaces: Iterable[str] | None, nonce: str) -> Permissions:
-    """A producer (the SDK's fast path): submit to the queues of its org's namespaces
-    (``None``: every namespace, for an admin token), answers on its own inbox."""
+    """A producer (the SDK's fast path): submit to the queues of its org's namespaces and
+    wait for their results (``None``: every namespace, for an admin token), answers on its
+    own inbox."""
     targets = ["*"] if namespaces is None else sorted(set(namespaces))
     return Permissions(
-        publish=[subjects.submit_subject(ns, "*") for ns in targets],
+        publish=[
+            subject
+            for ns in targets
+            for subject in (subjects.submit_subject(ns, "*"), subjects.result_wait_subject(ns, "*"))
+        ],
         subscribe=[producer_inbox(nonce) + ".>"],
     )

@@ -20,6 +20,7 @@ from lakeshore.bus.port import Bus
 from lakeshore.errors import WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    BusAccess,
     ControllerStatus,
     DaemonAccess,
     DaemonControl,
@@ -125,6 +126,10 @@ class FleetService:
             renewed = await self._daemons.renew(hb.renew, hb.worker_id, hb.namespace)
         reply = await self._workers.ask(Beat(hb))
         return reply if renewed is None else msgspec.structs.replace(reply, credential=renewed)
+
+    def bus_access(self) -> BusAccess:
+        """Where the SDK's fast path reaches NATS (the same URL and CA daemons are given)."""
+        return BusAccess(nats_url=self._daemons.nats_url, ca_pem=self._daemons.ca_pem)
 
     async def join(self, caller: Caller, ns: Namespace, body: DaemonJoin) -> DaemonAccess:
         """A daemon's way onto NATS: its worker id (the one given, or a new one) and a

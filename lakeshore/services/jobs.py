@@ -23,7 +23,7 @@ from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
-from lakeshore.actors.recorder import Knows, WaitFinished, WaitRecorded
+from lakeshore.actors.recorder import Knows, Settled, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
@@ -151,6 +151,7 @@ class JobService:
     ) -> list[Job]:
         """Jobs newest first; pending ones carry their ``pending_reason``, and each one its
         ``worker_name`` while that worker's row exists."""
+        await self._settled()
         jobs = await self._store.list_jobs(
             namespace, queue=queue, state=state, limit=limit, after=after
         )
@@ -289,7 +290,18 @@ class JobService:
         except TimeoutError:
             recorded.cancel()
 
+    async def _settled(self) -> None:
+        """Wait (briefly) until the history holds every outcome the Recorder has accepted:
+        a job whose result was just answered never shows as running."""
+        settled = await self._recorder.ask(Settled())
+        try:
+            async with asyncio.timeout(CATCH_UP_S):
+                await settled
+        except TimeoutError:
+            settled.cancel()
+
     async def _record(self, namespace: str, job_id: str) -> JobRecord:
+        await self._settled()
         record = await self._store.get_job(namespace, job_id)
         if record is None:
             await self._catch_up()

@@ -107,7 +107,7 @@ async def test_wait_recorded_answers_at_once_for_a_message_already_recorded(
     assert future.done() and future.result() == seq
 
 
-async def test_wait_finished_resolves_when_the_terminal_event_is_recorded(
+async def test_wait_finished_resolves_when_the_terminal_event_is_fenced(
     rec: Recording,
 ) -> None:
     waiting = await rec.ask(WaitFinished(NS, "inv-1"))
@@ -145,8 +145,9 @@ async def test_a_late_completion_from_a_superseded_attempt_is_recorded_stale(
     assert stale[7] == 1
     assert stale[8] == {"stale_type": "succeeded",
                         "stale_reason": "epoch 1 was superseded by epoch 2"}  # fmt: skip
-    await rec.publish(event("inv-1", FAIL, 2))
+    seq = await rec.publish(event("inv-1", FAIL, 2))
     assert (await settle(waiting)).state is InvocationState.FAILED
+    await rec.recorded(seq)
     assert rec.types("inv-1") == [
         "submitted", "claimed", "started", "claimed", "started", "stale", "failed"
     ]  # fmt: skip

@@ -163,6 +163,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.worker_retire("x"),
         c.daemons_launch(DaemonLaunch(name="x")),
         c.daemons_join(),
+        c.bus_access(),
         c.providers_add("x", "local"),
         c.providers_ls(),
         c.providers_show("x"),

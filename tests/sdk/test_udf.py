@@ -26,8 +26,9 @@ import lakeshore.sdk.udf as udf_module
 from lakeshore import errors
 from lakeshore.config import ClientSettings
 from lakeshore.model import Invocation as Stored
-from lakeshore.model import SubmitBatch
+from lakeshore.model import InvocationSubmit
 from lakeshore.sdk import Client, Invocation, JobCancelled, configure, sync
+from lakeshore.sdk.fastpath import FastPath
 from lakeshore.sdk.invocation import MIN_POLL_S, wait_result
 from lakeshore.sdk.udf import function_ref, udf
 
@@ -35,12 +36,26 @@ Q = "/v1/namespaces/default/queues"
 STREAM = f"LS_default_{udf_targets.QUEUE}"
 
 
+class RecordingFastPath(FastPath):
+    """A real fast path that also keeps the batches it was asked to submit."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.batches: list[list[InvocationSubmit]] = []
+
+    async def submit(self, queue: str, invocations: list[InvocationSubmit], **kw: Any) -> Any:
+        self.batches.append(invocations)
+        return await super().submit(queue, invocations, **kw)
+
+
 class RecordingClient(Client):
-    """A real client that also keeps every request body it sent."""
+    """A real client that also keeps every request body it sent (HTTP), and every batch
+    it submitted (over NATS or HTTP)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sent: list[tuple[str, str, Any]] = []
+        self.fast = RecordingFastPath(self, args[1] if len(args) > 1 else kwargs.get("token"))
 
     async def request(self, method: str, path: str, **kw: Any) -> Any:
         self.sent.append((method, path, kw.get("json")))
@@ -198,11 +213,7 @@ async def test_asubmit_does_not_block_the_callers_loop(sdk, queue, js):
 
 async def test_map_sends_one_batch(sdk, queue, js):
     invs = await asyncio.to_thread(udf_targets.double.map, range(250))
-    posts = [(path, body) for method, path, body in sdk.sent if method == "POST"]
-    assert len(posts) == 1
-    [(path, body)] = posts
-    assert path == f"{Q}/{queue}/invocations"
-    assert isinstance(body, SubmitBatch) and len(body.invocations) == 250
+    assert [len(batch) for batch in sdk.fast.batches] == [250]
     assert [m.id for m in await stored(js)] == [i.id for i in invs]
     assert [m.args for m in await stored(js)] == [[i] for i in range(250)]
 
@@ -210,8 +221,7 @@ async def test_map_sends_one_batch(sdk, queue, js):
 async def test_map_splits_batches_at_the_limit(sdk, queue, js, monkeypatch):
     monkeypatch.setattr(udf_module, "MAX_BATCH", 4)
     invs = await asyncio.to_thread(udf_targets.double.map, range(10))
-    sizes = [len(b.invocations) for m, _, b in sdk.sent if m == "POST"]
-    assert sizes == [4, 4, 2]
+    assert [len(batch) for batch in sdk.fast.batches] == [4, 4, 2]
     assert [m.id for m in await stored(js)] == [i.id for i in invs]
 
 

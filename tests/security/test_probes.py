@@ -32,6 +32,7 @@ from lakeshore.model import (
     DaemonControl,
     EventBatch,
     EventType,
+    FastResult,
     FastSubmit,
     Heartbeat,
     InvocationEvent,
@@ -276,6 +277,10 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         # submit to another org's queue through the fast path (with its own token)
         body = FastSubmit(token=world.rival_token, invocations=[{"command": ["true"]}])
         await _refused(client, subjects.submit_subject(NS, "secret"), codec.encode(body))
+        client.errors.clear()
+        # wait for another org's result through the fast path (with its own token)
+        ask = FastResult(token=world.rival_token, wait_s=0)
+        await _refused(client, subjects.result_wait_subject(NS, world.done_job), codec.encode(ask))
         client.errors.clear()
         # a forged event of another org as itself
         forged = _event(world, EventType.FAILED, who, world.busy_job, 2)

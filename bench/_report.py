@@ -1,0 +1,70 @@
+"""The rows of spec/bench.md's Targets table, and printing them (plain or Markdown)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+HEADER = ("figure", "Lakeshore", "baseline", "ratio", "target", "met?")
+_NUMBERS = {1, 2, 3}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure against its target: a ratio to the baseline, or an absolute bound."""
+
+    figure: str
+    ours: float
+    baseline: float | None
+    target: str
+    met: bool
+    #: format of ``ours`` and ``baseline``
+    fmt: str = "{:,.0f}"
+
+    @classmethod
+    def ratio(cls, figure: str, ours: float, baseline: float, at_least: float) -> Row:
+        """A rate that must reach ``at_least`` × the baseline's."""
+        return cls(figure, ours, baseline, f">= {at_least:g} x", ours >= at_least * baseline)
+
+    @classmethod
+    def bound(
+        cls, figure: str, ours: float, baseline: float | None, at_most: float, unit: str, fmt: str
+    ) -> Row:
+        """A time that must stay within ``at_most``."""
+        return cls(figure, ours, baseline, f"<= {at_most:g} {unit}", ours <= at_most, fmt)
+
+    def cells(self) -> tuple[str, ...]:
+        base = "-" if self.baseline is None else self.fmt.format(self.baseline)
+        ratio = "-" if not self.baseline else f"{self.ours / self.baseline:.2f} x"
+        met = "yes" if self.met else "NO"
+        return (self.figure, self.fmt.format(self.ours), base, ratio, self.target, met)
+
+
+def table(rows: Sequence[Row], markdown: bool = False) -> str:
+    """The rows under :data:`HEADER`, as aligned text or as a Markdown table."""
+    lines = [HEADER, *(r.cells() for r in rows)]
+    if markdown:
+        out = ["| " + " | ".join(cells) + " |" for cells in lines]
+        out.insert(
+            1,
+            "| "
+            + " | ".join("---:" if i in _NUMBERS else "---" for i in range(len(HEADER)))
+            + " |",
+        )
+        return "\n".join(out)
+    widths = [max(len(cells[i]) for cells in lines) for i in range(len(HEADER))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in _NUMBERS else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    out = [line(lines[0]), "  ".join("-" * w for w in widths)]
+    return "\n".join(out + [line(cells) for cells in lines[1:]])
+
+
+def percentile_ms(samples_s: Sequence[float], q: int) -> float:
+    """The ``q``-th percentile (1–99) of samples in seconds, in milliseconds."""
+    return statistics.quantiles(samples_s, n=100)[q - 1] * 1000

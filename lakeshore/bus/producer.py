@@ -1,0 +1,99 @@
+"""The SDK's NATS connection: the fast path of submits and result waits.
+
+A producer logs in as ``producer/<nonce>`` with its Lakeshore token as the password (the
+control plane's auth callout checks it) and may then only ask the control plane's gateway
+to submit to, and wait for results in, its org's namespaces; answers come back on its own
+inbox (``_INBOX.p.<nonce>``). Each request is one NATS round trip to the gateway, which
+runs the same services as the HTTP routes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+import nats.errors
+from nats.aio.client import Client as NatsClient
+
+from lakeshore.bus import subjects
+from lakeshore.bus.connection import NatsLogin, connect_nats
+from lakeshore.bus.denials import Denials
+from lakeshore.errors import Unavailable
+from lakeshore.security import grants
+from lakeshore.security.tls import client_ssl_context
+
+log = logging.getLogger(__name__)
+
+_NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+
+
+class ProducerBus:
+    """A producer's connection; build it with :meth:`connect`."""
+
+    def __init__(self, nc: NatsClient, denials: Denials) -> None:
+        self._nc, self._denials = nc, denials
+
+    @classmethod
+    async def connect(
+        cls, nats_url: str, token: str, ca_pem: str | None, *, name: str = "lakeshore-sdk"
+    ) -> ProducerBus:
+        """Log in to NATS as a producer with ``token``.
+
+        Raises:
+            Unavailable: NATS cannot be reached, or refused the token.
+        """
+        nonce = secrets.token_hex(8)
+        login = NatsLogin(
+            user=f"{grants.PRODUCER_USER}{grants.NAME_SEPARATOR}{nonce}",
+            password=token,
+            tls=None if ca_pem is None else client_ssl_context(ca_pem),
+            inbox_prefix=grants.producer_inbox(nonce),
+        )
+        denials = Denials()
+        nc = await connect_nats(nats_url, name=name, login=login, on_error=denials.heard)
+        return cls(nc, denials)
+
+    @property
+    def max_payload(self) -> int:
+        """The largest request the server takes (bytes)."""
+        return self._nc.max_payload
+
+    @property
+    def connected(self) -> bool:
+        return self._nc.is_connected
+
+    async def submit(self, namespace: str, queue: str, body: bytes, timeout_s: float) -> bytes:
+        """Ask the gateway to submit (a ``FastSubmit``); its answer, undecoded."""
+        return await self._request(subjects.submit_subject(namespace, queue), body, timeout_s)
+
+    async def result(
+        self, namespace: str, invocation_id: str, body: bytes, timeout_s: float
+    ) -> bytes:
+        """Ask the gateway for a result (a ``FastResult``); its answer, undecoded."""
+        subject = subjects.result_wait_subject(namespace, invocation_id)
+        return await self._request(subject, body, timeout_s)
+
+    async def close(self) -> None:
+        if not self._nc.is_closed:
+            try:
+                await self._nc.close()
+            except _NATS_ERRORS as e:
+                log.debug("nats: closing the producer connection: %s", e)
+
+    async def _request(self, subject: str, body: bytes, timeout_s: float) -> bytes:
+        """One request.
+
+        Raises:
+            Denied: NATS refused the subject to this connection (e.g. a namespace created
+                after it was granted).
+            Unavailable: no answer within ``timeout_s``, or no gateway listening.
+        """
+        try:
+            call = self._nc.request(subject, body, timeout=timeout_s)
+            reply = await self._denials.unless(subject, call)
+        except _NATS_ERRORS as e:
+            raise Unavailable(f"no answer on {subject}: {e!r}") from e
+        return reply.data
+
+
+__all__ = ["ProducerBus"]
