@@ -16,6 +16,7 @@ import msgspec
 import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js import errors as jse
 from nats.js.api import (
@@ -106,6 +107,7 @@ class EventFeed:
     def __init__(
         self, nc: NatsClient, *, replicas: int = 1, ack_wait_s: float = RECORDER_ACK_WAIT_S
     ) -> None:
+        self._nc = nc
         self._js = nc.jetstream(timeout=5)
         self._replicas, self._ack_wait_s = replicas, ack_wait_s
         self._sub: JetStreamContext.PullSubscription | None = None
@@ -232,6 +234,19 @@ class EventFeed:
             log.warning("result %s does not decode: %s", key, e)
             return None
 
+    async def watch_result(self, namespace: str, invocation_id: str) -> ResultWatch:
+        """Hear the result puts of an invocation on core NATS as they pass (a result wait
+        then answers without reading the bucket).
+
+        Raises:
+            Unavailable: NATS did not take the subscription.
+        """
+        subject = subjects.result_subject(namespace, invocation_id, "*")
+        try:
+            return ResultWatch(await self._nc.subscribe(subject))
+        except nats.errors.Error as e:
+            raise Unavailable(f"cannot watch {subject}: {e}") from e
+
     async def _decode(self, msg: Msg) -> Delivery | None:
         meta = msg.metadata
         where = subjects.event_subject_parts(msg.subject)
@@ -255,6 +270,34 @@ class EventFeed:
             )  # fmt: skip
             batch = EventBatch(events=events)
         return Delivery(batch, meta.sequence.stream, meta.num_delivered, msg, meta.timestamp)
+
+
+class ResultWatch:
+    """The result puts of one invocation heard so far (see :meth:`EventFeed.watch_result`)."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self._sub = sub
+        self._heard: dict[str, bytes] = {}
+
+    async def result(self, epoch: int) -> Result | None:
+        """The result that attempt put, if heard. A put is heard as it passes; it was stored
+        if the attempt's outcome was accepted (a daemon reports only after its put)."""
+        while self._sub.pending_msgs:
+            msg = await self._sub.next_msg(timeout=1)
+            self._heard[msg.subject.rpartition(".")[2]] = msg.data
+        data = self._heard.get(str(epoch))
+        if data is None:
+            return None
+        try:
+            return codec.decode(data, Result)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+
+    async def close(self) -> None:
+        try:
+            await self._sub.unsubscribe()
+        except nats.errors.Error as e:
+            log.debug("result watch: unsubscribe failed: %s", e)
 
 
 #: What a daemon reports (everything else is the control plane's to say).

@@ -307,3 +307,20 @@ class InMemoryFeed:
         self._bus._check()
         data = self._bus._results.get(subjects.result_key(namespace, invocation_id, epoch))
         return None if data is None else codec.decode(data, Result)
+
+    async def watch_result(self, namespace: str, invocation_id: str) -> _ResultWatch:
+        self._bus._check()
+        return _ResultWatch(self, namespace, invocation_id)
+
+
+class _ResultWatch:
+    """A result watch of the twin: it hears every result in its store."""
+
+    def __init__(self, feed: InMemoryFeed, namespace: str, invocation_id: str) -> None:
+        self._feed, self._ns, self._id = feed, namespace, invocation_id
+
+    async def result(self, epoch: int) -> Result | None:
+        return await self._feed.get_result(self._ns, self._id, epoch)
+
+    async def close(self) -> None:
+        pass

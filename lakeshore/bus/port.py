@@ -125,3 +125,16 @@ class Feed(Protocol):
 
     async def get_result(self, namespace: str, invocation_id: str, epoch: int) -> Result | None:
         """The result a daemon stored for that attempt, if it is still kept."""
+
+    async def watch_result(self, namespace: str, invocation_id: str) -> ResultWatch:
+        """Hear the results stored for an invocation from now on (close the watch)."""
+
+
+class ResultWatch(Protocol):
+    """The results of one invocation as daemons store them, heard as they pass."""
+
+    async def result(self, epoch: int) -> Result | None:
+        """The result of that attempt if it was heard (``None``: read it with
+        :meth:`Feed.get_result`)."""
+
+    async def close(self) -> None: ...

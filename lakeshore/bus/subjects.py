@@ -112,9 +112,10 @@ def result_put_subject(namespace: str) -> str:
     return f"$KV.{RESULTS_BUCKET}.{namespace}.>"
 
 
-def result_subject(namespace: str, invocation_id: str, epoch: int) -> str:
-    """The subject a result is put on (what ``kv.put`` publishes to)."""
-    return f"$KV.{RESULTS_BUCKET}.{result_key(namespace, invocation_id, epoch)}"
+def result_subject(namespace: str, invocation_id: str, epoch: int | str) -> str:
+    """The subject a result is put on (what ``kv.put`` publishes to); ``epoch`` ``"*"``:
+    every attempt's."""
+    return f"$KV.{RESULTS_BUCKET}.{namespace}.{invocation_id}.{epoch}"
 
 
 def pull_subject(namespace: str, queue: str, level: int) -> str:

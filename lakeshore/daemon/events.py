@@ -1,12 +1,14 @@
 """Batched publisher of lifecycle events, one buffer per queue.
 
-Events are flushed as soon as the flusher runs again (one turn of the event loop
-collects what the running jobs emitted together), and while one batch is being published
-the next ones gather: a busy daemon sends few large batches, an idle one reports at once.
 A job that must not ack before its outcome is recorded awaits
 :meth:`EventPublisher.publish`, which returns once the batch holding the event is stored in
-JetStream. Each batch carries a ``Nats-Msg-Id``, so a retried publish (the first may have
-been stored although its answer was lost) is deduplicated by JetStream. A batch that
+JetStream; such an event is flushed at once (one turn of the event loop collects what the
+running jobs reported together), with whatever else is buffered. Events nobody waits for
+(``claimed``, ``started``) linger up to :data:`LINGER_S` for company: a short run reports
+its claim, start and end in one message instead of two. While one batch is being
+published the next ones gather: a busy daemon sends few large batches. Each batch carries
+a ``Nats-Msg-Id``, so a retried publish (the first may have been stored although its
+answer was lost) is deduplicated by JetStream. A batch that
 cannot be published stays buffered, in order, and is retried with a growing pause.
 """
 
@@ -24,6 +26,8 @@ from lakeshore.model import EventBatch, InvocationEvent
 
 log = logging.getLogger(__name__)
 
+#: Longest wait of an event nobody waits for, for others to share its message (seconds).
+LINGER_S = 0.005
 #: Pause before the first retry of a failed publish (seconds).
 FLUSH_S = 0.020
 #: Events per batch; a buffer this full is flushed at once.
@@ -61,6 +65,8 @@ class EventPublisher:
         ] = defaultdict(deque)
         self._waiting = asyncio.Event()
         self._full = asyncio.Event()
+        # Set when a buffered event must go now: one is awaited, or a buffer is full.
+        self._urgent = asyncio.Event()
         # Per process, so batch ids of a restarted daemon never collide with its last run's.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count()
@@ -86,18 +92,24 @@ class EventPublisher:
         self._waiting.set()
         if len(buf) >= MAX_BATCH:
             self._full.set()
+        if fut is not None or len(buf) >= MAX_BATCH:
+            self._urgent.set()
 
     async def run(self) -> None:
         """Flush loop; runs until cancelled (then call :meth:`flush` once more)."""
         while True:
             await self._waiting.wait()
-            if self._retry_s:
+            # While publishing fails, retry after a pause (sooner for a full buffer); else
+            # let events nobody waits for linger a moment for company.
+            retrying = bool(self._retry_s)
+            pause, until = (self._retry_s, self._full) if retrying else (LINGER_S, self._urgent)
+            if not until.is_set():
                 try:
-                    async with asyncio.timeout(self._retry_s):
-                        await self._full.wait()
+                    async with asyncio.timeout(pause):
+                        await until.wait()
                 except TimeoutError:
                     pass
-            else:
+            if not self._retry_s:
                 await asyncio.sleep(0)  # let the jobs that finish together add theirs
             try:
                 # Shielded: cancelling the loop must not cut a publish short, or the last
@@ -116,6 +128,7 @@ class EventPublisher:
         async with self._flush_lock:
             self._waiting.clear()
             self._full.clear()
+            self._urgent.clear()
             for queue in list({**self._sealed, **self._buffers}):
                 if not await self._flush_queue(queue):
                     self._waiting.set()

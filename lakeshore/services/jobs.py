@@ -25,7 +25,7 @@ from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
-from lakeshore.bus.port import Bus, Feed
+from lakeshore.bus.port import Bus, Feed, ResultWatch
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
 from lakeshore.model import (
     TERMINAL_STATES,
@@ -183,23 +183,31 @@ class JobService:
             NotFound: no such job, or its result is no longer kept.
         """
         finished = await self._recorder.ask(WaitFinished(namespace, job_id))
+        watch: ResultWatch | None = None
         try:
             record = None
             if not finished.done():
                 if not await self._known(namespace, job_id):
                     record = await self._record(namespace, job_id)  # 404 for an unknown id
                 if (record is None or record.job.state not in TERMINAL_STATES) and wait_s > 0:
+                    # The daemon's result put passes here on its way to the bucket.
+                    watch = await self._results.watch_result(namespace, job_id)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(finished), wait_s)
             # Fast path: the Recorder knows how a recent invocation ended and with which
-            # attempt, so a finished run's result is one KV read, not a query of the history.
+            # attempt, so a finished run's result is the put heard while waiting, or one KV
+            # read, never a query of the history.
             fence = finished.result() if finished.done() else None
             if fence is not None and fence.terminal in _WITH_RESULT:
-                stored = await self._results.get_result(namespace, job_id, fence.started_epoch)
+                epoch = fence.started_epoch
+                stored = watch and await watch.result(epoch)
+                stored = stored or await self._results.get_result(namespace, job_id, epoch)
                 if stored is not None:
                     return stored
         finally:
             finished.cancel()  # tells the Recorder to forget the waiter
+            if watch is not None:
+                await watch.close()
         if record is None or fence is not None:
             record = await self._record(namespace, job_id)
         job = record.job

@@ -17,6 +17,7 @@ from polling import eventually
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.memory import InMemoryBus
+from lakeshore.bus.nats import NatsBus
 from lakeshore.bus.port import Delivery, Feed, Published, QueueCounts
 from lakeshore.errors import Unavailable
 from lakeshore.model import DaemonControl, EventBatch, EventType, InvocationEvent, Result
@@ -330,3 +331,18 @@ async def test_the_duplicate_window_expires() -> None:
     assert await bus.publish_work("n", Q, [item("a")]) == [Published(seq=1, duplicate=True)]
     now[0] = 601.0
     assert await bus.publish_work("n", Q, [item("a")]) == [new(2)]
+
+
+async def test_a_result_watch_hears_the_puts_made_after_it(bus, feed, ns, put_result) -> None:
+    await put_result(bus, ns, "inv-1", 1, Result(id="inv-1", ok=False, epoch=1))
+    watch = await feed.watch_result(ns, "inv-1")
+    try:
+        if isinstance(bus, NatsBus):
+            await bus.nc.flush()  # the subscription is in place before the put
+        await put_result(bus, ns, "inv-1", 2, Result(id="inv-1", ok=True, value=7, epoch=2))
+        heard = await eventually(lambda: watch.result(2), until=lambda r: r is not None,
+                                 timeout_s=WAIT_S, what="the put to pass the watch")  # fmt: skip
+        assert (heard.ok, heard.value, heard.epoch) == (True, 7, 2)
+        assert await watch.result(3) is None
+    finally:
+        await watch.close()
