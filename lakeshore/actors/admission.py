@@ -208,6 +208,8 @@ def event_batches(
 ) -> list[EventBatch]:
     """Split events into batches that fit in one NATS message: at most ``size`` events and
     about ``max_bytes`` (a ``submitted`` event carries the invocation's command)."""
+    if len(events) <= 1:
+        return [EventBatch(events=events)] if events else []
     batches: list[EventBatch] = []
     start, used = 0, 0
     for i, ev in enumerate(events):
