@@ -242,9 +242,12 @@ class WorkBus:
         """Renew the claim's lease for another ``ack_wait``."""
         await self._ack(msg.in_progress(), "renew a claim")
 
-    async def ack_sync(self, msg: Msg) -> None:
-        """Acknowledge and wait until the server has removed the message."""
-        await self._ack(msg.ack_sync(timeout=self._timeout_s), "acknowledge a claim")
+    async def ack(self, msg: Msg) -> None:
+        """Acknowledge: the server removes the message. Not waited for: the outcome is
+        recorded before, and an ack that never arrives only means a redelivery, fenced as
+        stale; an ack sent while disconnected goes out on reconnect (late acks are taken),
+        and :meth:`close` flushes the last ones."""
+        await self._ack(msg.ack(), "acknowledge a claim")
 
     async def nak(self, msg: Msg, delay_s: float = 0.0) -> None:
         """Give the message back; it is redelivered after ``delay_s`` (seconds)."""

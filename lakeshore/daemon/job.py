@@ -3,7 +3,7 @@
 The job composes the policies (lease, timeout, retries) around the runner, then settles
 the claim in the order the data plane fixes:
 
-- success: put the ``Result``, event ``succeeded`` (stored), ``ack_sync()``;
+- success: put the ``Result``, event ``succeeded`` (stored), ``ack()``;
 - failure with attempts left: event ``retrying`` (stored), ``nak(backoff(epoch))``;
 - last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
 - cancelled: event ``cancelled`` (stored), ``term()``;
@@ -167,7 +167,7 @@ class Job:
                 outcome = Outcome(ok=False, error=error, exit_code=outcome.exit_code)
             else:
                 await self._record(EventType.SUCCEEDED, self._detail(outcome))
-                await self._finish(bus.ack_sync(c.msg), "ack")
+                await self._finish(bus.ack(c.msg), "ack")
                 log.info("%s: succeeded", self._label)
                 return
         if should_retry(c.epoch, c.invocation.max_attempts):
