@@ -13,9 +13,10 @@ import re
 import signal
 import sys
 import tempfile
+import time
 import tomllib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
@@ -39,6 +40,19 @@ class Server:
     token: str
     nats_url: str
     data_dir: Path
+    #: the ``lakeshore server`` process
+    pid: int = 0
+    #: seconds from the process's launch to its "ready" line
+    ready_s: float = 0.0
+    #: what it printed until then: (seconds since launch, line)
+    startup: list[tuple[float, str]] = field(default_factory=list)
+
+    def nats_pid(self) -> int | None:
+        """The embedded nats-server (a child of the server process), if there is one."""
+        for child in child_pids(self.pid):
+            if b"nats-server" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+        return None
 
     async def raw_nats(self) -> NatsClient:
         """A raw nats-py connection to this server's NATS, as its control plane logs in (the
@@ -65,11 +79,35 @@ def daemon_access(url: str, secrets: NatsSecrets, namespace: str = "default") ->
     return issuer.issue(new_worker_id(), namespace, "default", PLANE_TOKEN)
 
 
+def child_pids(pid: int) -> list[int]:
+    """The direct children of a process (Linux ``/proc``)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def rss_mib(pid: int | None) -> float | None:
+    """Resident memory of a process in MiB (``VmRSS`` of ``/proc/<pid>/status``)."""
+    if pid is None:
+        return None
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
 @contextlib.asynccontextmanager
-async def server() -> AsyncIterator[Server]:
-    """``lakeshore server`` on free ports in a temporary data dir."""
+async def server(
+    data_dir: Path | None = None, start_timeout_s: float = 30
+) -> AsyncIterator[Server]:
+    """``lakeshore server`` on free ports, in ``data_dir`` (kept, so a later call restarts
+    on it) or else in a temporary data dir."""
     with tempfile.TemporaryDirectory(prefix="ls-bench-") as tmp:
-        data = Path(tmp) / "data"
+        data = data_dir or Path(tmp) / "data"
+        launched = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
             LAKESHORE,
             "server",
@@ -84,19 +122,23 @@ async def server() -> AsyncIterator[Server]:
         )
         assert proc.stdout is not None
         api = nats_url = ""
-        async with asyncio.timeout(30):
+        said: list[tuple[float, str]] = []
+        async with asyncio.timeout(start_timeout_s):
             while True:
                 line = (await proc.stdout.readline()).decode()
+                said.append((time.perf_counter() - launched, line))
                 if not line:
-                    raise RuntimeError("lakeshore server exited")
+                    last = "".join(text for _, text in said[-20:])
+                    raise RuntimeError("lakeshore server exited:\n" + last)
                 if m := re.search(r"API (\S+), NATS (\S+)", line):
                     api, nats_url = m.group(1).rstrip(","), m.group(2)
                 if "press Ctrl-C" in line:
                     break
+        ready_s = time.perf_counter() - launched
         drain = asyncio.create_task(_drain(proc))
         token = tomllib.loads((data / "config.toml").read_text())["token"]
         try:
-            yield Server(api, token, nats_url, data)
+            yield Server(api, token, nats_url, data, proc.pid, ready_s, startup=said)
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 20)

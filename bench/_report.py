@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import statistics
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 HEADER = ("figure", "Lakeshore", "baseline", "ratio", "target", "met?")
 _NUMBERS = {1, 2, 3}
@@ -68,3 +71,15 @@ def table(rows: Sequence[Row], markdown: bool = False) -> str:
 def percentile_ms(samples_s: Sequence[float], q: int) -> float:
     """The ``q``-th percentile (1–99) of samples in seconds, in milliseconds."""
     return statistics.quantiles(samples_s, n=100)[q - 1] * 1000
+
+
+def run_script(doc: str, n: int, concurrency: int, measure: Callable[..., Awaitable[Any]]) -> None:
+    """A workload script's ``main``: ``--n`` and ``--concurrency``, then its table and the
+    absolute figures behind it (``measure(n, concurrency)`` answers them)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--n", type=int, default=n)
+    p.add_argument("--concurrency", type=int, default=concurrency)
+    args = p.parse_args()
+    figures = asyncio.run(measure(args.n, args.concurrency))
+    print(table(figures.rows()))
+    print("\n".join(figures.details()))

@@ -11,14 +11,13 @@ answer. p50 and p99 of ``n`` round trips each, after 20 of warm-up.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from dataclasses import dataclass
 
 import _raw
 from _harness import daemons, server, wait_registered
-from _report import Row, percentile_ms, table
+from _report import Row, percentile_ms, run_script
 from _workload import CONCURRENCY, DAEMONS, QUEUE, sdk_on
 
 from lakeshore.model import QueueCreate
@@ -78,15 +77,5 @@ async def measure(n: int = N, concurrency: int = CONCURRENCY) -> LatencyFigures:
     return LatencyFigures(await round_trips(n, concurrency), raw)
 
 
-async def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=N)
-    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
-    args = p.parse_args()
-    figures = await measure(args.n, args.concurrency)
-    print(table(figures.rows()))
-    print("\n".join(figures.details()))
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_script(__doc__, N, CONCURRENCY, measure)

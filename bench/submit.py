@@ -15,13 +15,11 @@ run on a third one. Figures (all per second, ``n`` over):
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 from dataclasses import dataclass
 
 import _raw
 from _harness import server
-from _report import Row, table
+from _report import Row, run_script
 from _workload import CONCURRENCY, QueueRun, queue_run, submit_each, submit_map
 
 N = 10_000
@@ -81,15 +79,5 @@ async def measure(n: int = N, concurrency: int = CONCURRENCY) -> SubmitFigures:
     return SubmitFigures(call, mapped, ack, pipe)
 
 
-async def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=N)
-    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
-    args = p.parse_args()
-    figures = await measure(args.n, args.concurrency)
-    print(table(figures.rows()))
-    print("\n".join(figures.details()))
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_script(__doc__, N, CONCURRENCY, measure)

@@ -33,6 +33,9 @@ _T = TypeVar("_T")
 #: and priority groups and delete queued messages when ``max_msgs`` is lowered.
 MIN_NATS_VERSION: tuple[int, int, int] = (2, 12, 0)
 
+#: The longest a start waits for "Server is ready" however busy the server's output is
+#: (seconds): restoring tens of thousands of streams takes minutes on a slow disk.
+READY_MAX_S = 600.0
 _EXE = "nats-server.exe" if os.name == "nt" else "nats-server"
 _VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _LISTEN_RE = re.compile(r"Listening for client connections on (\S+):(\d+)\s*$")
@@ -172,7 +175,10 @@ class NatsServer:
         binary: the executable; default :func:`find_nats_server` at start.
         server_name: ``--server_name``, shown in monitoring and logs.
         extra_args: more command-line arguments, appended last (e.g. ``["-V"]`` to trace).
-        ready_timeout_s: how long to wait for "Server is ready", in seconds.
+        ready_timeout_s: how long to wait for "Server is ready" while the server prints
+            nothing, in seconds: a server restoring a large store (thousands of streams)
+            reports each stream, and is waited for as long as it does, up to
+            :data:`READY_MAX_S` in all.
         stop_timeout_s: how long ``stop()`` waits after SIGTERM before SIGKILL, in seconds.
     """
 
@@ -265,15 +271,23 @@ class NatsServer:
             raise Unavailable(f"cannot start nats-server {binary}: {e}") from e
         self._proc, self._version = proc, version
         out = _StartOutput()
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._ready_timeout_s):
-                self._port = await _read_until_ready(proc, out)
+            async with (
+                asyncio.timeout(READY_MAX_S),
+                asyncio.timeout(self._ready_timeout_s) as quiet,
+            ):
+
+                def progress() -> None:
+                    quiet.reschedule(loop.time() + self._ready_timeout_s)
+
+                self._port = await _read_until_ready(proc, out, progress)
                 code = None if self._port is not None else await proc.wait()
         except TimeoutError:
             await self._end(proc, self._stop_timeout_s)
             raise Unavailable(
-                f"nats-server {binary} was not ready within {self._ready_timeout_s:g} s; "
-                "its output:\n" + out.summary()
+                f"nats-server {binary} was not ready within {self._ready_timeout_s:g} s of its "
+                f"last output (or {READY_MAX_S:g} s in all); its output:\n" + out.summary()
             ) from None
         except BaseException:
             await self._end(proc, self._stop_timeout_s)
@@ -388,8 +402,11 @@ class _StartOutput:
         return "\n".join([*self.head, *gap, *self.tail]) or "(no output)"
 
 
-async def _read_until_ready(proc: asyncio.subprocess.Process, out: _StartOutput) -> int | None:
-    """Read start-up output until the client port is known and the server is ready.
+async def _read_until_ready(
+    proc: asyncio.subprocess.Process, out: _StartOutput, progress: Callable[[], None]
+) -> int | None:
+    """Read start-up output until the client port is known and the server is ready,
+    calling ``progress`` on every line.
 
     Returns:
         The client port, or ``None`` if the output ended (the process is exiting).
@@ -397,6 +414,7 @@ async def _read_until_ready(proc: asyncio.subprocess.Process, out: _StartOutput)
     assert proc.stdout is not None
     port: int | None = None
     while (line := await _readline(proc.stdout)) is not None:
+        progress()
         _log_line(proc.pid, line)
         out.add(line)
         if match := _LISTEN_RE.search(line):

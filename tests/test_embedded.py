@@ -284,3 +284,46 @@ async def test_server_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         loop.remove_reader(pidfd)
         os.close(pidfd)
+
+
+def _slow_starter(tmp_path: Path, lines: int, gap_s: float, ready: bool) -> Path:
+    """A stand-in nats-server that prints ``lines`` lines ``gap_s`` apart (as one restoring
+    many streams does), then, if ``ready``, the lines of a ready server."""
+    script = tmp_path / "slow-nats-server"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time\n"
+        "if '--version' in sys.argv:\n"
+        "    print('nats-server: v2.12.1'); sys.exit(0)\n"
+        f"for i in range({lines}):\n"
+        "    print(f'[INF] Restored stream {i}', flush=True)\n"
+        f"    time.sleep({gap_s})\n"
+        f"if {ready}:\n"
+        "    print('[INF] Listening for client connections on 127.0.0.1:4999', flush=True)\n"
+        "    print('[INF] Server is ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+async def test_a_server_restoring_a_large_store_is_waited_for_while_it_reports(
+    tmp_path: Path,
+) -> None:
+    binary = _slow_starter(tmp_path, lines=8, gap_s=0.25, ready=True)
+    config = natsauth.server_config(tmp_path / "nats.conf")
+    server = NatsServer(tmp_path, config_file=config, binary=binary, ready_timeout_s=1.0)
+    try:
+        await server.start()  # 2 s of output in all, never 1 s without a line
+        assert server.port == 4999
+    finally:
+        await server.stop()
+
+
+async def test_a_server_silent_for_the_ready_timeout_is_given_up(tmp_path: Path) -> None:
+    binary = _slow_starter(tmp_path, lines=1, gap_s=30, ready=True)
+    config = natsauth.server_config(tmp_path / "nats.conf")
+    server = NatsServer(tmp_path, config_file=config, binary=binary, ready_timeout_s=0.5)
+    with pytest.raises(Unavailable, match=r"not ready within 0.5 s of its last output"):
+        await server.start()
+    _assert_pid_gone(server.pid)

@@ -7,6 +7,7 @@ one existing queue is then asked of that queue's actor.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -41,6 +42,9 @@ from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import QueueStore
 
 log = logging.getLogger(__name__)
+
+#: Queue actors started at the same time when the directory (re)builds them.
+START_CONCURRENCY = 32
 
 
 class CreateQueue(Struct, frozen=True):
@@ -98,12 +102,20 @@ class QueueDirectory(Actor[DirectoryMsg]):
         pruned = await self._store.prune_keys(expired)
         if pruned:
             log.info("forgot %d idempotency key(s) older than %s", pruned, expired)
-        rows = {(q.namespace, q.name) for q in await self._store.all_queues()}
-        self._rows = set(rows)
-        for key in [k for k in self._queues if k not in rows]:
+        stored = {(q.namespace, q.name): q for q in await self._store.all_queues()}
+        self._rows = set(stored)
+        for key in [k for k in self._queues if k not in stored]:
             await self._runtime.stop(self._queues.pop(key))
-        for ns, name in sorted(rows - self._queues.keys()):
-            await self._spawn_logged(ns, name)
+        # Each start ensures its stream (a few NATS round trips): started side by side, a
+        # bounded number at a time, a restart with thousands of queues is ready in seconds.
+        gate = asyncio.Semaphore(START_CONCURRENCY)
+
+        async def start(row: Queue) -> None:
+            async with gate:
+                await self._spawn_logged(row.namespace, row.name, row)
+
+        missing = sorted(stored.keys() - self._queues.keys())
+        await asyncio.gather(*(start(stored[key]) for key in missing))
         log.info("queue directory rebuilt: %d queue(s)", len(self._queues))
 
     async def stopped(self) -> None:
@@ -146,9 +158,9 @@ class QueueDirectory(Actor[DirectoryMsg]):
             raise QueueNotFound(ns, name)
         return self._queues[(ns, name)]
 
-    async def _spawn_logged(self, ns: str, name: str) -> None:
+    async def _spawn_logged(self, ns: str, name: str, row: Queue | None = None) -> None:
         try:
-            await self._spawn(ns, name)
+            await self._spawn(ns, name, row)
         except Exception as e:
             # Started again on its first lookup; the other queues must not wait for it.
             log.warning("queue %s/%s not started (retried on first use): %s", ns, name, e)
@@ -206,9 +218,9 @@ class QueueDirectory(Actor[DirectoryMsg]):
         self._on_created(row.namespace)
         return row
 
-    async def _spawn(self, ns: str, name: str) -> None:
+    async def _spawn(self, ns: str, name: str, row: Queue | None = None) -> None:
         actor = QueueActor(
             ns, name, store=self._store, bus=self._bus, workers=self._workers,
-            key_ttl_s=self._key_ttl_s, faults=self._faults, quotas=self._quotas,
+            key_ttl_s=self._key_ttl_s, faults=self._faults, quotas=self._quotas, row=row,
         )  # fmt: skip
         self._queues[(ns, name)] = await self._runtime.spawn(actor)

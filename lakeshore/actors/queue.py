@@ -145,12 +145,16 @@ class QueueActor(Actor[QueueMsg]):
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
         quotas: Quotas = DEFAULT_QUOTAS,
+        row: Queue | None = None,
     ) -> None:
+        """``row``: the queue's row as just read by the caller, so that the first start
+        need not read it again (a restart of the actor always reads it)."""
         self.name = f"queue:{namespace}/{name}"
         self._quotas = quotas
         self._ns, self._queue = namespace, name
         self._store, self._bus, self._workers = store, bus, workers
         self.row: Queue | None = None
+        self._preloaded = row
         self._deleted = False
         self._faults = faults
         self._intake = Intake(
@@ -163,7 +167,8 @@ class QueueActor(Actor[QueueMsg]):
         return self.row
 
     async def started(self) -> None:
-        self.row = await self._store.get_queue(self._ns, self._queue)
+        preloaded, self._preloaded = self._preloaded, None
+        self.row = preloaded or await self._store.get_queue(self._ns, self._queue)
         if self.row is None:
             raise RuntimeError(f"queue {self._ns}/{self._queue} has no row")
         await self._ensure_stream(self.row)

@@ -4,9 +4,13 @@
 queue. The explicit add/remove edits reject ``default`` (the empty array is the contract),
 while the membership lookup also accepts a literal ``default`` entry.
 
-Rows live in memory (every ask is answered without the store) and are written through.
-A heartbeat's ``last_heartbeat`` alone is persisted at most every ``persist_every_s``; a
-status or ``current`` change is persisted at once.
+Rows live in memory (every ask is answered without the store) and are written through:
+registration, membership, retirement, a lost or stopped worker — every change of state —
+at once, and so is a heartbeat that changes ``status`` or ``current``. A heartbeat that only
+proves the worker alive is not written: liveness is judged in memory, and the
+``last_heartbeat`` of every such worker is written in one statement at the first
+:class:`Sweep` ``persist_every_s`` after the previous one (and when the registry stops), so a
+thousand daemons cost one write per period instead of one per beat.
 
 It enforces ``daemons_per_org`` (:mod:`lakeshore.quotas`) where a worker comes to count:
 a registration of a worker that was not starting or running, and a launch's rows. The org
@@ -26,7 +30,7 @@ from msgspec import Struct
 
 from lakeshore import quotas
 from lakeshore.actors.base import Actor
-from lakeshore.errors import AlreadyExists, Invalid, WorkerNotFound
+from lakeshore.errors import AlreadyExists, Invalid, LakeshoreError, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
     Heartbeat,
@@ -185,14 +189,27 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._launch_timeout = timedelta(seconds=launch_timeout_s)
         self._persist_every = timedelta(seconds=persist_every_s)
         self._rows: dict[str, Worker] = {}
-        self._persisted_at: dict[str, datetime] = {}
+        #: workers whose row in memory is newer than the stored one by liveness alone
+        self._unsaved: set[str] = set()
+        self._flushed_at: datetime | None = None
         self._retiring: set[str] = set()
         #: steal leases by worker id, as the controller last set them
         self._leases: dict[str, list[StealGrant]] = {}
 
     async def started(self) -> None:
-        self._rows = {w.id: w for w in await self._store.list_workers()}
+        rows = {w.id: w for w in await self._store.list_workers()}
+        # After a crash, heartbeats heard since the last write are newer than the rows.
+        for wid in self._unsaved & rows.keys():
+            heard, stored = self._rows[wid].last_heartbeat, rows[wid].last_heartbeat
+            if heard is not None and (stored is None or heard > stored):
+                rows[wid] = msgspec.structs.replace(rows[wid], last_heartbeat=heard)
+        self._unsaved &= rows.keys()
+        self._rows = rows
         self._retiring = {w.id for w in self._rows.values() if w.status is WorkerStatus.RETIRING}
+
+    async def stopped(self) -> None:
+        # A restart of the control plane finds the heartbeat times as they were at its stop.
+        await self._flush(self._clock(), force=True)
 
     async def handle(self, msg: WorkerMsg) -> Any:
         match msg:
@@ -206,13 +223,18 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return [w for w in self._in(ns) if is_member(w, queue)]
             case Scrub(namespace=ns, queue=queue):
                 scrubbed = await self._store.scrub_queue_from_workers(ns, queue)
+                # The stored rows may be behind on liveness: only their membership is news.
                 for w in scrubbed:
-                    self._rows[w.id] = w
-                return scrubbed
+                    self._rows[w.id] = msgspec.structs.replace(
+                        self._rows.get(w.id, w), queues=w.queues
+                    )
+                return [self._rows[w.id] for w in scrubbed]
             case RetireWorker(namespace=ns, ref=ref):
                 return await self._retire(ns, ref)
             case Sweep():
-                return await self._sweep(self._clock())
+                lost = await self._sweep(self._clock())
+                await self._flush(self._clock())
+                return lost
             case ListWorkers(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
             case Prepare():
@@ -275,12 +297,12 @@ class WorkerRegistry(Actor[WorkerMsg]):
         # times shown are all the server's.
         heard = self._clock()
         new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=heard)
-        changed = (new.status, new.current) != (worker.status, worker.current)
-        last = self._persisted_at.get(worker.id)
-        if changed or last is None or heard - last >= self._persist_every:
-            await self._save(new)
-        else:
-            self._rows[worker.id] = new
+        self._rows[worker.id] = new
+        self._unsaved.add(worker.id)
+        if (new.status, new.current) != (worker.status, worker.current):
+            # Readers of the rows (``workers ls``) see a change of state at once.
+            await self._store.update_liveness([new])
+            self._unsaved.discard(worker.id)
         if status is WorkerStatus.STOPPED:
             self._retiring.discard(worker.id)
         ts = self._clock()
@@ -299,14 +321,22 @@ class WorkerRegistry(Actor[WorkerMsg]):
         return new
 
     async def _sweep(self, ts: datetime) -> list[Worker]:
-        lost = []
-        for w in list(self._rows.values()):
-            if w.status is WorkerStatus.STARTING:
-                overdue = ts - w.started_at > self._launch_timeout
-            else:
-                overdue = self._overdue(w, ts)
-            if overdue:
-                lost.append(await self._lose(w, {}))
+        overdue = [
+            w
+            for w in self._rows.values()
+            if (
+                ts - w.started_at > self._launch_timeout
+                if w.status is WorkerStatus.STARTING
+                else self._overdue(w, ts)
+            )
+        ]
+        lost = [await self._explain_loss(w, {}) for w in overdue]
+        if lost:
+            # Every status in one statement: a NATS outage loses hundreds of workers at once.
+            await self._store.update_liveness(lost)
+        for w in lost:
+            self._rows[w.id] = w
+            self._unsaved.discard(w.id)
         return lost
 
     def _overdue(self, w: Worker, ts: datetime) -> bool:
@@ -316,7 +346,15 @@ class WorkerRegistry(Actor[WorkerMsg]):
         return w.last_heartbeat is None or ts - w.last_heartbeat > self._lost_after
 
     async def _lose(self, w: Worker, extra: dict[str, Any]) -> Worker:
-        new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
+        new = await self._explain_loss(w, extra)
+        await self._save(new)
+        return new
+
+    async def _explain_loss(self, w: Worker, extra: dict[str, Any]) -> Worker:
+        """Append the ``daemon_lost`` events of ``w``; answers its lost row (not written).
+
+        The events go first so that whoever sees the status also finds the why.
+        """
         log.warning("worker %s (%s) is lost: no heartbeat since %s", w.name, w.id, w.last_heartbeat)
         detail = {
             "worker": w.id,
@@ -325,11 +363,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
             "last_heartbeat": str(w.last_heartbeat),
             **extra,
         }
-        # The events go first so that whoever sees the status also finds the why.
         for q in w.queues or [DEFAULT_QUEUE]:
             await self._store.append_queue_event(w.namespace, q, "daemon_lost", None, detail)
-        await self._save(new)
-        return new
+        return msgspec.structs.replace(w, status=WorkerStatus.LOST)
 
     async def _prepare(self, msg: Prepare) -> list[Worker]:
         replaced = []
@@ -350,7 +386,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         for old in [held for held in replaced if held.name in names]:
             await self._store.delete_worker(old.id)
             self._rows.pop(old.id, None)
-            self._persisted_at.pop(old.id, None)
+            self._unsaved.discard(old.id)
             self._retiring.discard(old.id)
         for w in made:
             await self._save(w)
@@ -428,8 +464,31 @@ class WorkerRegistry(Actor[WorkerMsg]):
     async def _save(self, worker: Worker) -> None:
         await self._store.upsert_worker(worker)
         self._rows[worker.id] = worker
-        if worker.last_heartbeat is not None:
-            self._persisted_at[worker.id] = worker.last_heartbeat
+        self._unsaved.discard(worker.id)
+
+    async def _flush(self, ts: datetime, *, force: bool = False) -> None:
+        """Write the liveness of every worker heard since its row was, in one statement, if
+        ``persist_every_s`` has passed since the last such write (or ``force``).
+
+        A refusal of the store is logged and the write retried at the next sweep: the rows
+        in memory stay the truth meanwhile.
+        """
+        if not self._unsaved:
+            return
+        if (
+            not force
+            and self._flushed_at is not None
+            and ts - self._flushed_at < self._persist_every
+        ):
+            return
+        rows = [self._rows[wid] for wid in self._unsaved]
+        try:
+            await self._store.update_liveness(rows)
+        except LakeshoreError as e:
+            log.warning("heartbeat times of %d worker(s) not written (retried): %s", len(rows), e)
+            return
+        self._unsaved.clear()
+        self._flushed_at = ts
 
     async def _record(self, w: Worker, queue: str, event: str, actor: str | None) -> None:
         await self._store.append_queue_event(

@@ -58,10 +58,6 @@ class ProducerBus:
         """The largest request the server takes (bytes)."""
         return self._nc.max_payload
 
-    @property
-    def connected(self) -> bool:
-        return self._nc.is_connected
-
     async def submit(self, namespace: str, queue: str, body: bytes, timeout_s: float) -> bytes:
         """Ask the gateway to submit (a ``FastSubmit``); its answer, undecoded."""
         return await self._request(subjects.submit_subject(namespace, queue), body, timeout_s)

@@ -17,7 +17,14 @@ from collections.abc import Iterable, Mapping
 from lakeshore.controller.decisions import Explanation
 from lakeshore.controller.pools import pool_cap
 from lakeshore.controller.snapshot import QueueKey, QueueLoad
-from lakeshore.model import ElasticityKind, Queue, QueueState, Worker, WorkerStatus, serves
+from lakeshore.model import (
+    DEFAULT_QUEUE,
+    ElasticityKind,
+    Queue,
+    QueueState,
+    Worker,
+    WorkerStatus,
+)
 from lakeshore.model.controller import Scope, UnitStatus
 
 #: ``(namespace, scope, name)`` of a status row.
@@ -54,7 +61,13 @@ def unit_rows(
     Returns:
         The rows by ``(namespace, scope, name)``.
     """
-    live = [w for w in workers if w.status in _LIVE]
+    # Who serves each queue, built once: a row's total is then a union of a few sets, not
+    # a scan of every worker (1k queues x 1k workers would block the loop for a while).
+    serving: dict[tuple[str, str], set[str]] = {}
+    for w in workers:
+        if w.status in _LIVE:
+            for name in w.queues or [DEFAULT_QUEUE]:
+                serving.setdefault((w.namespace, name), set()).add(w.id)
     members: dict[tuple[str, str], list[Queue]] = {}
     for q in queues.values():
         if q.elasticity.pool is not None and q.state is not QueueState.ARCHIVED:
@@ -87,11 +100,7 @@ def unit_rows(
             launching=e.launching + fresh,
             reason=e.reason,
             error=errors.get(key),
-            total=sum(
-                1
-                for w in live
-                if w.namespace == e.namespace and any(serves(w, name) for name in served)
-            ),
+            total=len(set().union(*(serving.get((e.namespace, n), ()) for n in served))),
         )
     return rows
 

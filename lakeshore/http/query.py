@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from lakeshore.errors import Invalid
+from lakeshore.errors import Invalid, InvalidName
+from lakeshore.model import Queue, validate_name
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -76,4 +77,24 @@ def job_id(request: web.Request, key: str) -> str | None:
     except ValueError:
         raise Invalid(
             f"{key} must be a job id (the id of the last job of the previous page), got {raw!r}"
+        ) from None
+
+
+def cursor_of(q: Queue) -> str:
+    """The cursor of a queue list's page that ends with ``q``: ``<namespace>/<name>``."""
+    return f"{q.namespace}/{q.name}"
+
+
+def queue_cursor(request: web.Request, key: str) -> tuple[str, str] | None:
+    """``?<key>=`` a queue list's cursor, ``<namespace>/<name>`` as a page's ``next`` gives
+    it (absent or empty: ``None``)."""
+    raw = request.query.get(key)
+    if not raw:
+        return None
+    ns, _, name = raw.partition("/")
+    try:
+        return validate_name("namespace", ns), validate_name("queue", name)
+    except InvalidName:
+        raise Invalid(
+            f"{key} must be the next of the previous page (<namespace>/<queue>), got {raw!r}"
         ) from None

@@ -14,6 +14,7 @@ from lakeshore.model import (
     QueueCreate,
     QueueDetail,
     QueueEvent,
+    QueuePage,
     QueuePatch,
     QueueState,
     QueueStats,
@@ -22,10 +23,6 @@ from lakeshore.model import (
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/queues"
-
-
-class QueueList(Struct, frozen=True):
-    queues: list[Queue]
 
 
 class EventList(Struct, frozen=True):
@@ -51,12 +48,21 @@ async def create(request: web.Request) -> web.Response:
 
 
 @routes.route(
-    "GET", BASE, "List the queues of every namespace in the org", answer=QueueList, query=("state",)
+    "GET",
+    BASE,
+    "List the queues of every namespace in the org (pages with ?limit=, then ?after=next)",
+    answer=QueuePage,
+    query=("state", "limit", "after"),
 )
 async def list_queues(request: web.Request) -> web.Response:
     ns = await namespace(request)
     state = query.choice(request, "state", QueueState)
-    return reply(QueueList(await request.app[QUEUES].list(ns, state)))
+    after = query.queue_cursor(request, "after")
+    # Without ?limit= the whole list, as before pages existed (a paged client sends one).
+    limit = None if "limit" not in request.query else query.limit(request, default=100)
+    rows = await request.app[QUEUES].list(ns, state, limit=limit, after=after)
+    last = rows[-1] if limit is not None and len(rows) == limit else None
+    return reply(QueuePage(queues=rows, next=None if last is None else query.cursor_of(last)))
 
 
 @routes.route("GET", BASE + "/{name}", "A queue row with its members", answer=QueueDetail)

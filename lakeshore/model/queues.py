@@ -110,6 +110,14 @@ class Queue(Struct, frozen=True, kw_only=True):
     updated_at: datetime
 
 
+class QueuePage(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A page of the queue list (``GET …/queues?limit=&after=``)."""
+
+    queues: list[Queue]
+    #: the ``after`` of the next page; absent (``None``) on the last page
+    next: str | None = None
+
+
 class QueueDetail(Queue, frozen=True, kw_only=True):
     """A queue row with the workers pulling from it."""
 

@@ -68,4 +68,36 @@ class Call(Generic[T]):
         return self._typed().__await__()
 
 
-__all__ = ["Call"]
+class PagedCall(Call[T]):
+    """A list route read page by page (``?limit=``, then ``?after=`` the answer's ``next``)
+    until a page has no ``next``; its :meth:`body` is the server's answer shape with every
+    page's items under the one key, as an unpaged answer would have them.
+
+    A server without pages answers everything at once and no ``next``: one request.
+    """
+
+    __slots__ = ("_page",)
+
+    def __init__(self, *args: Any, page: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        assert self._key is not None, "a paged route answers a list under a key"
+        #: the ``limit`` of each request
+        self._page = page
+
+    async def body(self) -> Any:
+        key, items, after = self._key, [], None
+        assert key is not None
+        while True:
+            params = {**(self._params or {}), "limit": self._page}
+            if after is not None:
+                params["after"] = after
+            answer = await self._client.request(self.method, self.path, params=params)
+            if not isinstance(answer, dict) or not isinstance(answer.get(key), list):
+                return answer  # not this route's shape: decode() says so
+            items += answer[key]
+            after = answer.get("next")
+            if not after:
+                return {**{k: v for k, v in answer.items() if k != "next"}, key: items}
+
+
+__all__ = ["Call", "PagedCall"]

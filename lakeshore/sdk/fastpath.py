@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from lakeshore.bus.denials import Denied
-from lakeshore.bus.producer import ProducerBus
 from lakeshore.errors import LakeshoreError, TooLarge, Unavailable
 from lakeshore.model import (
     FastResult,
@@ -39,6 +38,7 @@ from lakeshore.model import (
 from lakeshore.sdk.transport import error_from
 
 if TYPE_CHECKING:
+    from lakeshore.bus.producer import ProducerBus
     from lakeshore.sdk.client import Client
 
 log = logging.getLogger(__name__)
@@ -139,6 +139,9 @@ class FastPath:
         return self._bus
 
     async def _connect(self) -> ProducerBus:
+        # Imported on first use: the CLI's commands never load nats.
+        from lakeshore.bus.producer import ProducerBus
+
         assert self._token is not None
         access = await self._client.bus_access()
         try:

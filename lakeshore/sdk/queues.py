@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeshore.model import Queue, QueueCreate, QueueDetail, QueueEvent, QueuePatch, QueueStats
-from lakeshore.sdk.call import Call
+from lakeshore.model import (
+    Queue,
+    QueueCreate,
+    QueueDetail,
+    QueueEvent,
+    QueuePage,
+    QueuePatch,
+    QueueStats,
+)
+from lakeshore.sdk.call import Call, PagedCall
 from lakeshore.sdk.transport import Transport
+
+#: Queues per request when :meth:`QueueRoutes.queues_ls` reads every page (the most a page
+#: may hold: fewest round trips).
+LS_PAGE = 1000
 
 
 class QueueRoutes(Transport):
@@ -15,10 +27,34 @@ class QueueRoutes(Transport):
     def queues_ls(
         self, state: str | None = None, *, namespace: str | None = None
     ) -> Call[list[Queue]]:
-        """Every queue of every namespace in the org (each with its ``namespace``)."""
+        """Every queue of every namespace in the org (each with its ``namespace``), by
+        namespace then name; read in pages of :data:`LS_PAGE`."""
         params = {"state": state} if state else None
         path = self._ns(namespace, "queues")
-        return Call(self, list[Queue], "GET", path, key="queues", params=params)
+        return PagedCall(self, list[Queue], "GET", path, key="queues", params=params, page=LS_PAGE)
+
+    def queues_page(
+        self,
+        state: str | None = None,
+        limit: int = 100,
+        after: str | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[QueuePage]:
+        """One page of :meth:`queues_ls`.
+
+        Args:
+            limit: at most this many, 1–1000.
+            after: the ``next`` of the previous page (``None``: the first page).
+
+        Returns:
+            The page's queues and the ``next`` to read the page after it (``None`` after
+            the last page).
+        """
+        given = {"state": state, "limit": limit, "after": after}
+        params: dict[str, str | int] = {k: v for k, v in given.items() if v is not None}
+        path = self._ns(namespace, "queues")
+        return Call(self, QueuePage, "GET", path, params=params)
 
     def queue_add(self, body: QueueCreate, *, namespace: str | None = None) -> Call[Queue]:
         """Create a queue."""
@@ -80,4 +116,4 @@ class QueueRoutes(Transport):
         return Call(self, QueueStats, "GET", self._ns(namespace, "queues", name, "stats"))
 
 
-__all__ = ["QueueRoutes"]
+__all__ = ["LS_PAGE", "QueueRoutes"]

@@ -69,11 +69,24 @@ class QueueService:
     async def create(self, namespace: str, body: QueueCreate, actor: str | None) -> Queue:
         return await self._directory.ask(CreateQueue(namespace, body, actor))
 
-    async def list(self, ns: Namespace, state: QueueState | None) -> list[Queue]:
-        """The queues of every namespace of ``ns``'s org (``ns``'s default materialised)."""
+    async def list(
+        self,
+        ns: Namespace,
+        state: QueueState | None,
+        *,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
+    ) -> list[Queue]:
+        """The queues of every namespace of ``ns``'s org (``ns``'s default materialised),
+        by namespace then name.
+
+        Args:
+            limit: at most this many (``None``: all).
+            after: only those after this ``(namespace, name)`` (a page's last row).
+        """
         await self._directory.ask(EnsureDefault(ns.name))
         siblings = [n.name for n in await self._store.list_namespaces(ns.org)]
-        return await self._store.list_queues(siblings, state)
+        return await self._store.list_queues(siblings, state, limit=limit, after=after)
 
     async def get(self, namespace: str, name: str) -> Queue:
         return await (await self._queue(namespace, name)).ask(GetQueue())
@@ -141,7 +154,12 @@ class QueueService:
         busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
         counts = await self._bus.queue_counts(namespace, row.name, levels=levels_of(row.kind))
         at = now()
-        recent = await self._store.queue_activity(namespace, row.name, at - STATS_WINDOW)
+        # A stream that holds nothing has nothing pending to age: the history's search for
+        # the oldest pending invocation (an aggregate over the queue's unfinished ones) is
+        # skipped, as the counts above come from JetStream too.
+        recent = await self._store.queue_activity(
+            namespace, row.name, at - STATS_WINDOW, unfinished=counts.depth > 0
+        )
         return _stats(row, len(live), busy, counts, recent, at, waiting)
 
     async def _queue(self, namespace: str, name: str) -> ActorRef[Any]:

@@ -35,6 +35,7 @@ from lakeshore.store import migrations as mig
 from lakeshore.store import providers as prov
 from lakeshore.store.jobs import JobQueries
 from lakeshore.store.keys import KeyQueries
+from lakeshore.store.registry import RegistryQueries
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -63,7 +64,7 @@ _INSERT_QUEUE_EVENT = (
 )
 
 
-class Store(JobQueries, KeyQueries):
+class Store(JobQueries, KeyQueries, RegistryQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
     Uniqueness checks followed by a write are atomic without a transaction: this store is
@@ -75,6 +76,9 @@ class Store(JobQueries, KeyQueries):
         self._con = con
         self._executor = executor
         self._closed = False
+        # Every queue row, as all_queues last read them; None once a queue write may have
+        # changed them. Touched on the store's thread only (inside ``_run``'s functions).
+        self._queue_rows: list[Queue] | None = None
 
     async def _run(self, fn: Callable[[Con], T]) -> T:
         if self._closed:
@@ -200,6 +204,7 @@ class Store(JobQueries, KeyQueries):
             sql = "SELECT 1 FROM queues WHERE namespace = ? AND name = ?"
             if _rows.scalar(con, sql, [q.namespace, q.name]):
                 raise errors.AlreadyExists("queue", q.name, f" in namespace {q.namespace!r}")
+            self._queue_rows = None
             con.execute(_INSERT_QUEUE, _rows.params(q, _QUEUE))
 
         await self._run(work)
@@ -211,32 +216,69 @@ class Store(JobQueries, KeyQueries):
             errors.QueueNotFound: there is no such queue.
         """
         params = [*_rows.params(q, _QUEUE[2:]), q.namespace, q.name]
-        if not await self._run(lambda con: _rows.scalar(con, _UPDATE_QUEUE, params)):
+
+        def work(con: Con) -> Any:
+            self._queue_rows = None
+            return _rows.scalar(con, _UPDATE_QUEUE, params)
+
+        if not await self._run(work):
             raise errors.QueueNotFound(q.namespace, q.name)
 
     async def delete_queue(self, namespace: str, name: str) -> bool:
         """Delete the queue row (its events are kept). Returns whether it existed."""
         sql = "DELETE FROM queues WHERE namespace = ? AND name = ?"
-        return bool(await self._run(lambda con: _rows.scalar(con, sql, [namespace, name])))
+
+        def work(con: Con) -> Any:
+            self._queue_rows = None
+            return _rows.scalar(con, sql, [namespace, name])
+
+        return bool(await self._run(work))
 
     async def get_queue(self, namespace: str, name: str) -> Queue | None:
         sql = _SELECT_QUEUE + " WHERE namespace = ? AND name = ?"
         return await self._run(lambda con: _rows.first(con, Queue, sql, [namespace, name]))
 
     async def list_queues(
-        self, namespaces: list[str], state: QueueState | None = None
+        self,
+        namespaces: list[str],
+        state: QueueState | None = None,
+        *,
+        limit: int | None = None,
+        after: tuple[str, str] | None = None,
     ) -> list[Queue]:
-        """Queues of any of ``namespaces`` (in ``state`` if given), by namespace then name."""
-        sql = (
-            _SELECT_QUEUE + " WHERE namespace = ANY(?::VARCHAR[]) AND state = coalesce(?, state)"
-            " ORDER BY namespace, name"
-        )
-        return await self._run(lambda con: _rows.fetch(con, Queue, sql, [namespaces, state]))
+        """Queues of any of ``namespaces`` (in ``state`` if given), by namespace then name.
+
+        Args:
+            limit: at most this many (``None``: all).
+            after: only queues after this ``(namespace, name)`` in that order (the last
+                row of the previous page), whether or not it still exists.
+        """
+        sql = _SELECT_QUEUE + " WHERE namespace = ANY(?::VARCHAR[]) AND state = coalesce(?, state)"
+        params: list[Any] = [namespaces, state]
+        if after is not None:
+            sql += " AND (namespace > ? OR (namespace = ? AND name > ?))"
+            params += [after[0], after[0], after[1]]
+        sql += " ORDER BY namespace, name"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return await self._run(lambda con: _rows.fetch(con, Queue, sql, params))
 
     async def all_queues(self) -> list[Queue]:
-        """Every queue of every namespace and state, by namespace then name."""
+        """Every queue of every namespace and state, by namespace then name.
+
+        Read from the file again only after a queue was inserted, updated or deleted (the
+        controller asks every tick; converting 10,000 rows takes 100 ms of the store's
+        thread). The rows are frozen and shared between callers: never mutate their dicts.
+        """
         sql = _SELECT_QUEUE + " ORDER BY namespace, name"
-        return await self._run(lambda con: _rows.fetch(con, Queue, sql))
+
+        def work(con: Con) -> list[Queue]:
+            if self._queue_rows is None:
+                self._queue_rows = _rows.fetch(con, Queue, sql)
+            return list(self._queue_rows)
+
+        return await self._run(work)
 
     # ---- workers --------------------------------------------------------------------
 

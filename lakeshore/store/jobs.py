@@ -29,93 +29,12 @@ from lakeshore.model import (
     RemoteError,
 )
 from lakeshore.store import _rows, fences
+from lakeshore.store import job_sql as q
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
-from lakeshore.store.fences import ACCEPTED, FENCE_COLUMNS, STATE, TERMINAL_TYPES
 from lakeshore.store.port import JobRecord, QueueActivity
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
-
-
-def _jobs(where: str) -> str:
-    """A CTE ``jobs``: one row per invocation whose events match ``where``."""
-    return f"""WITH agg AS (
-        SELECT namespace, invocation_id AS id, any_value(queue) AS queue, {FENCE_COLUMNS},
-            arg_min(detail, ts) FILTER (WHERE type = 'submitted') AS submitted_detail,
-            min(ts) FILTER (WHERE type = 'submitted') AS submitted_at,
-            min(ts) FILTER (WHERE type = 'started') AS started_at,
-            max(ts) FILTER (WHERE type IN {TERMINAL_TYPES}) AS finished_at,
-            max(attempt) AS attempt,
-            arg_max(worker, coalesce(epoch, 0))
-                FILTER (WHERE worker IS NOT NULL AND type IN ('claimed', 'started')) AS worker,
-            arg_max(detail, ts) FILTER (WHERE type IN ('failed', 'cancelled')) AS failed_detail
-        FROM invocation_events WHERE {ACCEPTED} AND {where}
-        GROUP BY namespace, invocation_id
-    ), jobs AS (
-        SELECT *, {STATE} AS state,
-            coalesce(TRY_CAST(json_extract_string(submitted_detail, '$.priority') AS INTEGER), 0)
-                AS priority
-        FROM agg
-    )"""
-
-
-def _ids(n: int) -> str:
-    return f"namespace = ? AND invocation_id IN ({', '.join('?' * n)})"
-
-
-# Unfinished invocations of a namespace (and queue): the history of finished ones, almost
-# all of it, is skipped by the anti-join before anything is aggregated.
-_UNFINISHED = f"""namespace = ? AND queue = coalesce(?, queue) AND invocation_id NOT IN (
-    SELECT invocation_id FROM invocation_events WHERE namespace = ? AND type IN {TERMINAL_TYPES})"""
-_JOB_COLUMNS = ("namespace", "id", "queue", "state", "priority", "attempt", "worker",
-                "submitted_at", "started_at", "finished_at", "submitted_detail",
-                "failed_detail")  # fmt: skip
-_SELECT = f"SELECT {', '.join(_JOB_COLUMNS)} FROM jobs"
-_PAGE = " AND (? IS NULL OR invocation_id < ?) ORDER BY invocation_id DESC LIMIT ?"
-# Newest ids first: any state, or one terminal state (its event names it; one per job).
-_NEWEST_IDS = (
-    "SELECT DISTINCT invocation_id FROM invocation_events"
-    f" WHERE namespace = ? AND queue = coalesce(?, queue) AND {ACCEPTED}" + _PAGE
-)
-_NEWEST_IDS_ENDED = (
-    "SELECT DISTINCT invocation_id FROM invocation_events"
-    " WHERE namespace = ? AND queue = coalesce(?, queue) AND type = ?" + _PAGE
-)
-_LIST_UNFINISHED = (
-    _jobs(_UNFINISHED) + _SELECT
-    + " WHERE state = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?"
-)  # fmt: skip
-# Ahead of a pending job: pending jobs of its queue of higher priority, then older ones.
-_POSITIONS = (
-    _jobs(_UNFINISHED)
-    + """SELECT id, row_number() OVER (
-    ORDER BY priority DESC, submitted_at NULLS LAST, id) - 1 FROM jobs WHERE state = 'pending'"""
-)
-_OLDEST_PENDING = _jobs(_UNFINISHED) + "SELECT min(submitted_at) FROM jobs WHERE state = 'pending'"
-_EVENTS = (
-    "SELECT type, epoch, attempt, worker, ts, detail FROM invocation_events"
-    " WHERE namespace = ? AND invocation_id = ? ORDER BY ts"
-)
-
-_WINDOW_COUNTS = """SELECT
-    count(DISTINCT invocation_id) FILTER (WHERE type = 'submitted'),
-    count(*) FILTER (WHERE type = 'succeeded'),
-    count(*) FILTER (WHERE type = 'failed')
-    FROM invocation_events WHERE namespace = ? AND queue = ? AND ts >= ?"""
-# Wait = submitted → first started, for the invocations whose first start is in the window.
-_WAITS = """WITH w AS (
-        SELECT DISTINCT invocation_id FROM invocation_events
-        WHERE namespace = ? AND queue = ? AND type = 'started' AND ts >= ?
-    ), f AS (
-        SELECT min(ts) FILTER (WHERE type = 'started') AS first_started,
-            min(ts) FILTER (WHERE type = 'submitted') AS submitted_at
-        FROM invocation_events
-        WHERE namespace = ? AND queue = ? AND type IN ('started', 'submitted')
-            AND invocation_id IN (SELECT invocation_id FROM w)
-        GROUP BY invocation_id
-    )
-    SELECT quantile_cont(epoch(first_started - submitted_at), [0.5, 0.95])
-    FROM f WHERE first_started >= ? AND submitted_at IS NOT NULL"""
 
 
 def list_jobs(
@@ -127,36 +46,63 @@ def list_jobs(
     after: str | None,
 ) -> list[Job]:
     page = [after, after, limit]
+    # Pick the page's ids with a cheap query, then aggregate those alone.
     if state is None or state in TERMINAL_STATES:
-        # Pick the page's ids with a cheap scan, then aggregate those alone.
-        sql, params = (_NEWEST_IDS, []) if state is None else (_NEWEST_IDS_ENDED, [state.value])
-        ids = [r[0] for r in _all(con, sql, [namespace, queue, *params, *page])]
-        rows = _by_ids(con, namespace, ids) if ids else []
+        sql, params = (q.NEWEST_ROWS, []) if state is None else (q.NEWEST_ROWS_ENDED, [state.value])
+        ids = _newest_ids(con, sql, [namespace, queue, *params], limit, after)
     else:
-        rows = _all(con, _LIST_UNFINISHED, [namespace, queue, namespace, state.value, *page])
-    recs = [dict(zip(_JOB_COLUMNS, r, strict=True)) for r in rows]
-    waiting = {r["queue"] for r in recs if r["state"] == InvocationState.PENDING}
-    ahead = {name: positions(con, namespace, name) for name in waiting}
+        sql = q.UNFINISHED_IDS
+        params = [namespace, queue, namespace, queue, state.value, *page]
+        ids = [r[0] for r in _all(con, sql, params)]
+    recs = [dict(zip(q.JOB_COLUMNS, r, strict=True)) for r in _by_ids(con, namespace, ids)]
+    waiting: dict[str, list[str]] = {}
     for r in recs:
-        if r["queue"] in ahead:
-            r["position"] = ahead[r["queue"]].get(r["id"])
+        if r["state"] == InvocationState.PENDING:
+            waiting.setdefault(r["queue"], []).append(r["id"])
+    ahead: dict[str, int] = {}
+    for name, pending in waiting.items():
+        ahead.update(positions(con, namespace, name, pending))
+    for r in recs:
+        if r["id"] in ahead:
+            r["position"] = ahead[r["id"]]
     return [_job(r, Job) for r in recs]
 
 
-def positions(con: Con, namespace: str, queue: str) -> dict[str, int]:
-    """Pending invocation id → how many pending invocations of ``queue`` are ahead of it."""
-    return dict(_all(con, _POSITIONS, [namespace, queue, namespace]))
+def _newest_ids(con: Con, sql: str, params: list[Any], limit: int, after: str | None) -> list[str]:
+    """The ``limit`` greatest distinct ids below ``after`` of the rows ``sql`` selects:
+    the newest rows, as many more as the page needs while a few invocations fill it."""
+    rows = limit * 4
+    while True:
+        found = _all(con, sql, [*params, after, after, rows])
+        ids = list(dict.fromkeys(r[0] for r in found))
+        if len(ids) >= limit or len(found) < rows:
+            return ids[:limit]
+        rows *= 4
+
+
+def positions(con: Con, namespace: str, queue: str, ids: Sequence[str]) -> dict[str, int]:
+    """How many pending invocations of ``queue`` are ahead of each of ``ids`` that is pending.
+
+    Returns:
+        Pending id → its position (0: the next one delivered); ids not pending are absent.
+    """
+    if not ids:
+        return {}
+    params = [namespace, queue, namespace, queue, list(ids)]
+    return {row[0]: row[1] for row in _all(con, q.POSITIONS, params)}
 
 
 def get_job(con: Con, namespace: str, invocation_id: str) -> JobRecord | None:
     rows = _by_ids(con, namespace, [invocation_id])
     if not rows:
         return None
-    rec = dict(zip(_JOB_COLUMNS, rows[0], strict=True))
+    rec = dict(zip(q.JOB_COLUMNS, rows[0], strict=True))
     seq = (_rows.from_json(rec["submitted_detail"]) or {}).get("seq")
     if rec["state"] == InvocationState.PENDING:
-        rec["position"] = positions(con, namespace, rec["queue"]).get(invocation_id)
-    events = _all(con, _EVENTS, [namespace, invocation_id])
+        rec["position"] = positions(con, namespace, rec["queue"], [invocation_id]).get(
+            invocation_id
+        )
+    events = _all(con, q.EVENTS, [namespace, invocation_id])
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
     job = _job(rec, JobDetail)
@@ -167,14 +113,26 @@ def get_job(con: Con, namespace: str, invocation_id: str) -> JobRecord | None:
 
 
 def _by_ids(con: Con, namespace: str, ids: list[str]) -> list[tuple[Any, ...]]:
-    sql = _jobs(_ids(len(ids))) + _SELECT + " ORDER BY id DESC"
+    if not ids:
+        return []
+    sql = q.jobs(q.ids(len(ids))) + q.SELECT + " ORDER BY id DESC"
     return _all(con, sql, [namespace, *ids])
 
 
-def queue_activity(con: Con, namespace: str, queue: str, since: datetime) -> QueueActivity:
-    submitted, succeeded, failed = _all(con, _WINDOW_COUNTS, [namespace, queue, since])[0]
-    waits = _rows.scalar(con, _WAITS, [namespace, queue, since, namespace, queue, since])
-    oldest = _rows.scalar(con, _OLDEST_PENDING, [namespace, queue, namespace])
+def queue_activity(
+    con: Con, namespace: str, queue: str, since: datetime, unfinished: bool = True
+) -> QueueActivity:
+    submitted, succeeded, failed = _all(con, q.WINDOW_COUNTS, [namespace, queue, since])[0]
+    # The invocations started in the window have ids from this one up: the rest of the
+    # history (older ids) is skipped by the columns' min/max statistics.
+    floor = _rows.scalar(con, q.FIRST_STARTED, [namespace, queue, since])
+    waits = None
+    if floor is not None:
+        params = [namespace, queue, since, floor, namespace, queue, floor, since]
+        waits = _rows.scalar(con, q.WAITS, params)
+    oldest = None
+    if unfinished:
+        oldest = _rows.scalar(con, q.OLDEST_PENDING, [namespace, queue, namespace, queue])
     p50, p95 = waits if waits and waits[0] is not None else (None, None)
     return QueueActivity(
         submitted=submitted, succeeded=succeeded, failed=failed, wait_p50_s=p50,
@@ -338,9 +296,17 @@ class JobQueries:
         """One job with its attempts and stale count; ``None`` when nothing is recorded."""
         return await self._run(lambda con: get_job(con, namespace, invocation_id))
 
-    async def queue_activity(self, namespace: str, queue: str, since: datetime) -> QueueActivity:
-        """Counts and waits of a queue since ``since``, and its oldest pending invocation."""
-        return await self._run(lambda con: queue_activity(con, namespace, queue, since))
+    async def queue_activity(
+        self, namespace: str, queue: str, since: datetime, *, unfinished: bool = True
+    ) -> QueueActivity:
+        """Counts and waits of a queue since ``since``, and its oldest pending invocation.
+
+        Args:
+            unfinished: whether the queue may have unfinished invocations; ``False`` (its
+                stream holds nothing) skips the search for the oldest pending one, and
+                ``oldest_pending_at`` is ``None``.
+        """
+        return await self._run(lambda con: queue_activity(con, namespace, queue, since, unfinished))
 
     async def fences(self, ids: Sequence[str]) -> dict[Key, Fence]:
         """The Recorder's fences of these invocation ids (absent: never recorded)."""

@@ -208,6 +208,16 @@ class InMemoryStore:
         self._live()
         return self._workers.pop(id, None) is not None
 
+    async def update_liveness(self, workers: Sequence[Worker]) -> None:
+        """Overwrite status, current and last heartbeat by id; unknown ids are skipped."""
+        self._live()
+        for w in workers:
+            if (row := self._workers.get(w.id)) is not None:
+                seen = None if w.last_heartbeat is None else _utc(w.last_heartbeat)
+                self._workers[w.id] = replace(
+                    row, status=w.status, current=w.current, last_heartbeat=seen
+                )
+
     async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:
         self._live()
         hit = [w for w in self._workers.values() if w.namespace == namespace and queue in w.queues]

@@ -114,6 +114,10 @@ class WorkerRows(Protocol):
 
     async def delete_worker(self, id: str) -> bool: ...
 
+    async def update_liveness(self, workers: Sequence[Worker]) -> None:
+        """Overwrite ``status``, ``current`` and ``last_heartbeat`` of each worker (distinct
+        ids) in one write, keeping every other column; a worker without a row is skipped."""
+
     async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:
         """Remove ``queue`` from every worker's ``queues``; the changed rows, by name."""
 
@@ -212,5 +216,5 @@ class JobReads(Protocol):
     async def get_job(self, namespace: str, invocation_id: str) -> JobRecord | None: ...
 
     async def queue_activity(
-        self, namespace: str, queue: str, since: datetime
+        self, namespace: str, queue: str, since: datetime, *, unfinished: bool = True
     ) -> QueueActivity: ...

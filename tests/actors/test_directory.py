@@ -204,6 +204,36 @@ async def test_a_new_directory_rebuilds_its_queues_from_the_store(
         await again.ask(CreateQueue(NS, QueueCreate(name="a"), actor=None))
 
 
+async def test_a_rebuild_starts_many_queues_side_by_side_each_with_its_own_row(
+    runtime: Runtime,
+    directory: ActorRef[DirectoryMsg],
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = [f"q-{i:02}" for i in range(40)]
+    for i, name in enumerate(names):
+        await create(directory, name, max_depth=i + 1)
+    await runtime.stop(directory)
+    monkeypatch.setattr(directory_module, "START_CONCURRENCY", 8)
+    reads = 0
+    get_queue = store.get_queue
+
+    async def counted(namespace: str, name: str) -> Queue | None:
+        nonlocal reads
+        reads += 1
+        return await get_queue(namespace, name)
+
+    monkeypatch.setattr(store, "get_queue", counted)
+    again = await runtime.spawn(QueueDirectory(runtime, store=store, bus=bus, workers=registry))
+    assert reads == 0  # the rows read for the rebuild are handed to the actors
+    for i, name in enumerate(names):
+        row = await (await again.ask(Lookup(NS, name))).ask(GetQueue())
+        assert (row.name, row.max_depth) == (name, i + 1)
+    assert reads == 0
+
+
 async def test_a_crash_restart_reconciles_with_the_store_and_keeps_the_other_queues(
     directory: ActorRef[DirectoryMsg], store: InMemoryStore
 ) -> None:

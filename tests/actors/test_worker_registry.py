@@ -142,23 +142,107 @@ async def test_a_heartbeat_of_an_unknown_worker_asks_it_to_register(
     assert (await beat(registry, elsewhere)).unknown is True
 
 
-async def test_heartbeat_times_are_persisted_at_most_every_persist_period(
+def record_calls(
+    obj: object, method: str, log: list[tuple[str, tuple[object, ...]]] | None = None
+) -> list[tuple[object, ...]]:
+    """The arguments of every later call of ``obj.method`` (async), which still runs; each
+    call is also appended to ``log`` with the method's name (to see the order of several)."""
+    calls: list[tuple[object, ...]] = []
+    real = getattr(obj, method)
+
+    async def recording(*args: object) -> object:
+        calls.append(args)
+        if log is not None:
+            log.append((method, args))
+        return await real(*args)
+
+    setattr(obj, method, recording)
+    return calls
+
+
+async def stored_beats(store: InMemoryStore) -> dict[str, object]:
+    return {w.name: w.last_heartbeat for w in await store.list_workers(NS)}
+
+
+async def test_heartbeats_that_change_nothing_are_written_together_once_per_persist_period(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    registry = await runtime.spawn(WorkerRegistry(store, persist_every_s=5.0, clock=WALL))
+    d1, d2 = await register(registry, "d1"), await register(registry, "d2")
+    registered = await stored_beats(store)
+    writes = record_calls(store, "update_liveness")
+    await beat(registry, d1, age_s=-1.0)
+    await beat(registry, d2, age_s=-1.0)
+    assert await stored_beats(store) == registered  # heard in memory only
+    heard = {w.name: w.last_heartbeat for w in await registry.ask(ListWorkers(NS))}
+    assert heard != registered
+    assert await registry.ask(Sweep()) == []
+    assert await stored_beats(store) == heard
+    assert [sorted(w.name for w in batch) for (batch,) in writes] == [["d1", "d2"]]
+    await beat(registry, d1, age_s=-2.0)
+    await registry.ask(Sweep())  # within the period of the last write: nothing written
+    assert await stored_beats(store) == heard and len(writes) == 1
+    WALL.offset_s = 6.0
+    try:
+        await registry.ask(Sweep())
+    finally:
+        WALL.offset_s = 0.0
+    assert (await stored_beats(store))["d1"] == (await row(registry, d1.id)).last_heartbeat
+    assert len(writes) == 2
+
+
+async def test_a_heartbeat_that_changes_status_or_current_is_written_at_once(
     runtime: Runtime, store: InMemoryStore
 ) -> None:
     registry = await runtime.spawn(WorkerRegistry(store, persist_every_s=5.0, clock=WALL))
     w = await register(registry, "d1")
-    stored = w.last_heartbeat
-    await beat(registry, w, age_s=-1.0)  # 1 s later, nothing changed: memory only
-    [kept] = await store.list_workers(NS)
-    assert kept.last_heartbeat == stored
-    assert (await row(registry, w.id)).last_heartbeat != stored
-    await beat(registry, w, BUSY, age_s=-2.0)  # a status change is written at once
+    await beat(registry, w, BUSY, age_s=-1.0, current=["inv-1"])
     [written] = await store.list_workers(NS)
-    assert written.status is BUSY
-    await beat(registry, w, BUSY, age_s=-8.0)  # and a time past the period
-    [later] = await store.list_workers(NS)
-    assert stored is not None and later.last_heartbeat is not None
-    assert later.last_heartbeat - stored > timedelta(seconds=7)
+    assert (written.status, written.current) == (BUSY, "inv-1")
+    assert written.last_heartbeat == (await row(registry, w.id)).last_heartbeat
+    await beat(registry, w, STOPPED, age_s=-2.0)
+    [stopped] = await store.list_workers(NS)
+    assert (stopped.status, stopped.current) == (STOPPED, None)
+
+
+async def test_the_registry_writes_the_heartbeats_it_holds_when_it_stops(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    registry = await runtime.spawn(WorkerRegistry(store, persist_every_s=5.0, clock=WALL))
+    w = await register(registry, "d1")
+    await beat(registry, w, age_s=-1.0)
+    heard = (await row(registry, w.id)).last_heartbeat
+    await runtime.stop(registry)
+    assert await stored_beats(store) == {"d1": heard}
+
+
+async def test_a_worker_heard_before_a_crash_of_the_registry_is_not_lost_after_it(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    registry = await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
+    WALL.offset_s = -60.0
+    try:
+        w = await register(registry, "d1")  # its stored time is a minute old
+    finally:
+        WALL.offset_s = 0.0
+    await beat(registry, w)  # heard now, not written yet
+    fail_once(store, "upsert_worker", RuntimeError("a bug"))
+    with pytest.raises(Internal):
+        await register(registry, "d2")
+    assert registry.restarts == 1
+    assert await registry.ask(Sweep()) == []
+    assert (await row(registry, w.id)).status is IDLE
+
+
+async def test_a_scrub_keeps_the_heartbeat_times_held_in_memory(
+    registry: ActorRef[WorkerMsg],
+) -> None:
+    w = await register(registry, "d1", "a", "b")
+    await beat(registry, w, age_s=-1.0)
+    heard = (await row(registry, w.id)).last_heartbeat
+    [scrubbed] = await registry.ask(Scrub(NS, "a"))
+    assert (scrubbed.queues, scrubbed.last_heartbeat) == (["b"], heard)
+    assert await row(registry, w.id) == scrubbed
 
 
 async def test_steal_grants_are_delivered_until_their_until(
@@ -309,6 +393,23 @@ async def test_a_worker_silent_for_lost_after_s_is_lost_at_the_next_sweep(
     [event] = await queue_events(store, DEFAULT_QUEUE, "daemon_lost")
     assert (event.detail or {})["name"] == "d3"
     assert await registry.ask(Sweep()) == []  # lost once
+
+
+async def test_workers_lost_at_one_sweep_are_written_together_after_their_events(
+    registry: ActorRef[WorkerMsg], store: InMemoryStore
+) -> None:
+    a, b = await register(registry, "d1", "a"), await register(registry, "d2", "b")
+    await beat(registry, a, age_s=60)
+    await beat(registry, b, age_s=60)
+    writes: list[tuple[str, tuple[object, ...]]] = []
+    statuses = record_calls(store, "update_liveness", writes)
+    record_calls(store, "append_queue_event", writes)
+    assert {w.name for w in await registry.ask(Sweep())} == {"d1", "d2"}
+    assert [sorted((w.name, w.status) for w in batch) for (batch,) in statuses] == [
+        [("d1", LOST), ("d2", LOST)]
+    ]
+    assert [name for name, _ in writes] == ["append_queue_event"] * 2 + ["update_liveness"]
+    assert {w.name: w.status for w in await store.list_workers(NS)} == {"d1": LOST, "d2": LOST}
 
 
 async def test_a_lost_worker_that_beats_again_is_back(registry: ActorRef[WorkerMsg]) -> None:

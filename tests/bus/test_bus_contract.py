@@ -65,6 +65,25 @@ async def test_ensure_queue_is_idempotent(bus, ns) -> None:
     assert await bus.publish_work(ns, Q, [item("b", 1)]) == [new(2)]
 
 
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)  # a JetStream stream's update
+async def test_ensuring_an_unchanged_stream_leaves_it_alone(bus, ns, monkeypatch) -> None:
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=5)
+    js = bus._js  # type: ignore[attr-defined]
+    updated: list[int] = []
+    update = js.update_stream
+
+    async def spy(config: Any) -> Any:
+        updated.append(config.max_msgs)
+        return await update(config)
+
+    monkeypatch.setattr(js, "update_stream", spy)
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=5)
+    assert updated == []
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=6)
+    assert updated == [6]
+    assert (await js.stream_info(subjects.queue_stream(ns, Q))).config.max_msgs == 6
+
+
 async def test_sequences_start_at_one_and_increase_over_every_level(bus, ns) -> None:
     await bus.ensure_queue(ns, Q, levels=3, max_depth=None)
     assert await bus.publish_work(ns, Q, [item("a", 2), item("b", 0), item("c", 1)]) == [

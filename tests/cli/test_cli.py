@@ -18,6 +18,7 @@ from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.config import write_client_config
 from lakeshore.sdk import Client
+from lakeshore.sdk import queues as sdk_queues
 
 Invoke = Callable[..., Awaitable[Result]]
 
@@ -85,6 +86,17 @@ async def test_json_output_is_the_api_body(cli, control_plane):
         out = (await cli(*args, "-o", "json")).stdout
         assert json.loads(out) == await api_body(control_plane, path), args
         assert out.startswith("{\n  ")
+
+
+async def test_queues_ls_follows_pages(cli, control_plane, monkeypatch):
+    monkeypatch.setattr(sdk_queues, "LS_PAGE", 2)
+    for name in ["q-3", "q-1", "q-2"]:
+        await cli("queues", "add", name)
+    listed = json.loads((await cli("queues", "ls", "-o", "json")).stdout)
+    assert listed == await api_body(control_plane, "/v1/namespaces/default/queues")
+    assert [q["name"] for q in listed["queues"]] == ["default", "q-1", "q-2", "q-3"]
+    table = rows((await cli("queues", "ls")).stdout)
+    assert [r[1] for r in table[1:]] == ["default", "q-1", "q-2", "q-3"]
 
 
 async def test_yaml_output_is_the_api_body(cli, control_plane):

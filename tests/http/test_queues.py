@@ -124,6 +124,43 @@ async def test_ls_filters_by_state(api):
     assert [q["name"] for q in body["queues"]] == ["b"]
 
 
+async def test_ls_pages_chain_without_gaps_or_repeats(api):
+    await api.post("/v1/namespaces", {"name": "aaa"})  # same org, sorts first
+    for name in ["q-3", "q-1", "q-5", "q-2", "q-4"]:
+        assert (await api.post(Q, {"name": name}))[0] == 201
+    assert (await api.post("/v1/namespaces/aaa/queues", {"name": "z"}))[0] == 201
+    status, whole = await api.get(Q)
+    assert status == 200 and "next" not in whole  # no ?limit=: the whole list, as before
+    expected = [(q["namespace"], q["name"]) for q in whole["queues"]]
+    assert expected[:2] == [("aaa", "z"), ("default", "default")] and len(expected) == 7
+    pages, after = [], None
+    while True:
+        status, body = await api.get(Q + "?limit=3" + (f"&after={after}" if after else ""))
+        assert status == 200
+        pages.append([(q["namespace"], q["name"]) for q in body["queues"]])
+        after = body.get("next")
+        if after is None:
+            break
+        assert after == "/".join(pages[-1][-1])
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [row for page in pages for row in page] == expected
+    status, body = await api.get(Q + "?limit=2&state=active&after=default/q-2")
+    assert [q["name"] for q in body["queues"]] == ["q-3", "q-4"]
+    # A cursor whose queue is gone still continues after where it was.
+    assert (await api.delete(Q + "/q-3"))[0] == 200
+    status, body = await api.get(Q + "?limit=1&after=default/q-3")
+    assert [q["name"] for q in body["queues"]] == ["q-4"]
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=0", "limit=1001", "limit=x", "after=q-1", "after=default/Q", "after=a/b/c"]
+)
+async def test_bad_ls_page_parameters_are_400(api, query):
+    status, body = await api.get(f"{Q}?{query}")
+    assert status == 400, body
+    assert query.split("=")[0] in body["error"]["message"]
+
+
 async def test_create_conflicts_and_validation(api):
     assert (await api.post(Q, {"name": "q"}))[0] == 201
     status, body = await api.post(Q, {"name": "q"})

@@ -27,6 +27,7 @@ from lakeshore.model import (
     WorkerEdited,
 )
 from lakeshore.sdk import Client
+from lakeshore.sdk import queues as sdk_queues
 
 
 @pytest.fixture
@@ -133,6 +134,31 @@ async def test_tokens_authorise_until_revoked(client, control_plane):
         await client.tokens_revoke(created.id, namespace="bob")
         with pytest.raises(errors.Unauthorized):
             await bob.queues_ls()
+
+
+async def test_queues_ls_reads_every_page(client, monkeypatch):
+    monkeypatch.setattr(sdk_queues, "LS_PAGE", 2)
+    for name in ["c", "a", "e", "b", "d"]:
+        await client.queue_add(QueueCreate(name=name))
+    asked: list[dict] = []
+    request = client.request
+
+    async def spy(method, path, **kw):
+        asked.append(kw.get("params") or {})
+        return await request(method, path, **kw)
+
+    monkeypatch.setattr(client, "request", spy)
+    listed = await client.queues_ls()
+    assert [q.name for q in listed] == ["a", "b", "c", "d", "default", "e"]
+    # A full last page has a next; the empty page after it ends the list.
+    assert [p.get("after") for p in asked] == [None, "default/b", "default/d", "default/e"]
+    assert all(p["limit"] == 2 for p in asked)
+    body = await client.queues_ls(state="active").body()
+    assert set(body) == {"queues"} and len(body["queues"]) == 6
+    page = await client.queues_page(limit=4)
+    assert ([q.name for q in page.queues], page.next) == (["a", "b", "c", "d"], "default/d")
+    last = await client.queues_page(limit=4, after=page.next)
+    assert ([q.name for q in last.queues], last.next) == (["default", "e"], None)
 
 
 async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):

@@ -207,6 +207,32 @@ async def test_list_queues_filters_namespaces_and_state_in_order(store: Store) -
     assert [q.name for q in everything] == ["d", "c", "a", "b"]
 
 
+async def test_all_queues_follows_every_queue_write(store: Store) -> None:
+    await store.insert_queue(_queue("b"))
+    assert [q.name for q in await store.all_queues()] == ["b"]
+    await store.insert_queue(_queue("a"))
+    assert [q.name for q in await store.all_queues()] == ["a", "b"]
+    await store.update_queue(replace(_queue("a"), description="changed"))
+    assert [q.description for q in await store.all_queues()] == ["changed", ""]
+    listed = await store.all_queues()
+    listed.clear()  # the caller's list, not the store's
+    await store.delete_queue("team", "b")
+    assert [q.name for q in await store.all_queues()] == ["a"]
+
+
+async def test_list_queues_pages_by_namespace_then_name(store: Store) -> None:
+    keys = [("w", "b"), ("x", "a"), ("w", "a"), ("x", "c"), ("x", "b")]
+    for ns, name in keys:
+        await store.insert_queue(_queue(name, namespace=ns))
+    pages, after = [], None
+    while page := await store.list_queues(["x", "w"], limit=2, after=after):
+        pages.append([(q.namespace, q.name) for q in page])
+        after = pages[-1][-1]
+    assert pages == [[("w", "a"), ("w", "b")], [("x", "a"), ("x", "b")], [("x", "c")]]
+    assert await store.list_queues(["x", "w"], after=("w", "zz")) == await store.list_queues(["x"])
+    assert await store.list_queues(["x", "w"], limit=1, after=("x", "c")) == []
+
+
 async def test_upsert_worker_inserts_then_updates_by_id(store: Store) -> None:
     w = _worker("w-1", "alpha", queues=["jobs"], labels={"gpu": "a100"}, managed=True)
     await store.upsert_worker(w)

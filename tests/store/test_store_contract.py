@@ -193,6 +193,28 @@ async def test_upserting_a_known_id_overwrites_the_worker(store: AnyStore) -> No
     assert await store.list_workers() == [beat]
 
 
+async def test_update_liveness_writes_only_status_current_and_heartbeat_of_known_ids(
+    store: AnyStore,
+) -> None:
+    a = _worker("w-1", "alpha", queues=["jobs"], labels={"gpu": "a100"})
+    b = _worker("w-2", "beta", last_heartbeat=T0)
+    await store.upsert_worker(a)
+    await store.upsert_worker(b)
+    later = T0 + timedelta(seconds=7)
+    # what the registry holds: stale name and membership must not be written back
+    held_a = replace(a, name="stale", queues=[], status=WorkerStatus.BUSY, current="inv-1",
+                     last_heartbeat=later.astimezone(PLUS2))  # fmt: skip
+    held_b = replace(b, last_heartbeat=later)
+    ghost = _worker("w-ghost", "ghost", last_heartbeat=later)
+    await store.update_liveness([held_a, held_b, ghost])
+    assert await store.list_workers() == [
+        replace(a, status=WorkerStatus.BUSY, current="inv-1", last_heartbeat=later),
+        replace(b, last_heartbeat=later),
+    ]
+    await store.update_liveness([])
+    assert len(await store.list_workers()) == 2
+
+
 async def test_a_renamed_worker_keeps_its_id_and_frees_its_old_name(store: AnyStore) -> None:
     await store.upsert_worker(_worker("w-1", "alpha"))
     await store.upsert_worker(_worker("w-1", "beta"))

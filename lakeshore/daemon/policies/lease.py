@@ -1,7 +1,8 @@
 """Lease policy: a running claim is renewed with ``in_progress()`` every ``ack_wait / 3``.
 
 Three renewals per ``ack_wait`` let two in a row be lost (a reconnect, a slow server)
-before JetStream gives the message to another daemon.
+before JetStream gives the message to another daemon. Renewals are timer callbacks, not a
+task per claim: most runs end before the first renewal is due, and cost one timer.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ class Lease:
         self._renew = renew
         self._every_s = ack_wait_s / 3
         self._label = label
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._renewing: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Lease:
-        self._task = asyncio.create_task(self._keep(), name=f"lease {self._label}")
+        self._arm()
         return self
 
     async def __aexit__(
@@ -43,16 +45,25 @@ class Lease:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        renewing, self._renewing = self._renewing, None
+        if renewing is not None:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
 
-    async def _keep(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            try:
-                await self._renew()
-            except LakeshoreError as e:
-                # The next renewal may still make it within ack_wait.
-                log.warning("lease of %s not renewed: %s", self._label, e)
+    def _arm(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self._every_s, self._due)
+
+    def _due(self) -> None:
+        self._renewing = asyncio.create_task(self._renew_once(), name=f"lease {self._label}")
+
+    async def _renew_once(self) -> None:
+        try:
+            await self._renew()
+        except LakeshoreError as e:
+            # The next renewal may still make it within ack_wait.
+            log.warning("lease of %s not renewed: %s", self._label, e)
+        if self._timer is not None:  # still held: the next renewal
+            self._arm()
