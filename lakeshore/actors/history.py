@@ -1,11 +1,13 @@
 """The Recorder's writer: appends fenced batches to DuckDB behind the fencing, then acks.
 
 The Recorder fences each fetch and tells its waiters at once; the history follows here, so
-a DuckDB append never holds up the next fetch. Batches that queue up while an append runs
-are appended together (one statement, one transaction), so a busy control plane makes few
-large appends. Only after its append commits is an event message acked: a crash loses
-nothing (the unacked messages are redelivered and fenced again, to the same outcome) and
-records nothing twice (a message's sequence is stored in the append's transaction).
+a DuckDB append never holds up the next fetch. A DuckDB commit costs milliseconds of the
+store's thread whatever its size, so fenced batches gather for up to :data:`LINGER_S`
+(less when someone waits for the history: :meth:`HistoryWriter.hurry`) and are appended
+together (one statement, one transaction): few, large appends. Only after its append
+commits is an event message acked: a crash loses nothing (the unacked messages are
+redelivered and fenced again, to the same outcome) and records nothing twice (a message's
+sequence is stored in the append's transaction).
 
 A failed append is retried, never skipped — later batches would overtake it — after asking
 the store whether it committed after all. While appends fail, the queue fills to its bound
@@ -15,6 +17,7 @@ and the Recorder's fetching waits (:meth:`HistoryWriter.put`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 MAX_QUEUED_ROWS = 20_000
 #: Rows per append, at most (more queued are appended by the next one).
 MAX_APPEND_ROWS = 10_000
+#: How long fenced batches gather before an append, unless hurried (seconds).
+LINGER_S = 0.05
 #: Longest pause between retries of a failing append (seconds).
 MAX_RETRY_S = 5.0
 
@@ -79,6 +84,7 @@ class HistoryWriter:
         #: sequence → its queued batch, until acked
         self._inflight: dict[int, Fenced] = {}
         self._changed = asyncio.Condition()
+        self._hurry = asyncio.Event()
         self._pruned_at = clock()
 
     @property
@@ -93,6 +99,8 @@ class HistoryWriter:
             self._rows += len(batch.rows)
             for d in batch.deliveries:
                 self._inflight[d.seq] = batch
+            if self._rows >= MAX_APPEND_ROWS:
+                self._hurry.set()
             self._changed.notify_all()
 
     def adopt(self, delivery: Delivery) -> bool:
@@ -114,8 +122,13 @@ class HistoryWriter:
         self._inflight.clear()
         self._rows = 0
 
+    def hurry(self) -> None:
+        """Append what is queued now: someone waits for it to be in the history."""
+        self._hurry.set()
+
     async def drain(self, timeout_s: float) -> bool:
         """Wait until everything queued is appended; whether it was, within ``timeout_s``."""
+        self.hurry()
         try:
             async with asyncio.timeout(timeout_s), self._changed:
                 await self._changed.wait_for(lambda: not self._queue)
@@ -129,6 +142,11 @@ class HistoryWriter:
         while True:
             async with self._changed:
                 await self._changed.wait_for(lambda: bool(self._queue))
+            if not self._hurry.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(LINGER_S):
+                        await self._hurry.wait()
+            self._hurry.clear()
             taken = self._take()
             try:
                 await self._append(taken, recheck=failures > 0)

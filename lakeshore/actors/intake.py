@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -117,22 +117,29 @@ class Intake:
                 waiting.published[i] = Published(seq=0, duplicate=True)
         if self._room and row.on_full is OnFull.BLOCK:
             return self._room.park(waiting)  # behind the submits already waiting
-        todo = [i for i, p in enumerate(waiting.published) if p is None]
-        stored = await admission.publish(self._bus, row, [items[i] for i in todo])
-        for i, outcome in zip(todo, stored, strict=True):
-            waiting.published[i] = outcome
-        self._faults.hit("submit.published")
+        # Asked of the registry while the work is published (the answer does not depend
+        # on it): the registry's turn then costs the submit nothing.
+        warned = asyncio.ensure_future(self._warnings(row))
+        warned.add_done_callback(_retrieved)
         try:
-            waiting.dropped = await admission.place(
-                self._bus, row, items, waiting.published, levels=levels_of(row.kind)
-            )
-        except QueueFull:
-            await self._record_admitted(waiting)
-            raise
-        if waiting.next_index < len(items):
-            return self._room.park(waiting)
-        waiting.answer.set_result(await self._admit(waiting))
-        return waiting.answer
+            todo = [i for i, p in enumerate(waiting.published) if p is None]
+            stored = await admission.publish(self._bus, row, [items[i] for i in todo])
+            for i, outcome in zip(todo, stored, strict=True):
+                waiting.published[i] = outcome
+            self._faults.hit("submit.published")
+            try:
+                waiting.dropped = await admission.place(
+                    self._bus, row, items, waiting.published, levels=levels_of(row.kind)
+                )
+            except QueueFull:
+                await self._record_admitted(waiting)
+                raise
+            if waiting.next_index < len(items):
+                return self._room.park(waiting)
+            waiting.answer.set_result(await self._admit(waiting, warned))
+            return waiting.answer
+        finally:
+            warned.cancel()
 
     def admitting(self) -> Queue:
         """The row, if the queue admits work now.
@@ -173,8 +180,11 @@ class Intake:
         except QueueFull as e:
             return e
 
-    async def _admit(self, waiting: Waiting) -> SubmitAnswer:
-        """Record an admitted submit's events, wake the daemons, answer it."""
+    async def _admit(
+        self, waiting: Waiting, warned: Awaitable[list[str]] | None = None
+    ) -> SubmitAnswer:
+        """Record an admitted submit's events, wake the daemons, answer it (with the
+        ``warned`` warnings, when they were asked for already)."""
         row = self._row()
         try:
             await self._record_admitted(waiting)
@@ -193,7 +203,7 @@ class Intake:
             ids=[p.id for p in items],
             queue=row.name,
             namespace=self._ns,
-            warnings=await self._warnings(row),
+            warnings=await (warned if warned is not None else self._warnings(row)),
             duplicates=[
                 p.id for p, pub in zip(items, published, strict=True) if pub and pub.duplicate
             ],
@@ -263,3 +273,9 @@ class Intake:
         for batch in admission.event_batches(events):
             await self._bus.publish_events(self._ns, self._queue, batch)
         return len(events)
+
+
+def _retrieved(task: asyncio.Future[list[str]]) -> None:
+    """A warnings task nobody awaited (its submit failed first): its error is not news."""
+    if not task.cancelled():
+        task.exception()

@@ -339,6 +339,7 @@ class Recorder(Actor[RecorderMsg]):
             fut.set_result(self._last_seq)
         else:
             self._seq_waiters.append((seq, fut))
+            self._writer.hurry()
         return fut
 
     def _sweep_waiters(self) -> None:

@@ -25,7 +25,7 @@ from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
-from lakeshore.bus.port import Bus, Feed, ResultWatch
+from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
 from lakeshore.model import (
     TERMINAL_STATES,
@@ -182,16 +182,21 @@ class JobService:
         Raises:
             NotFound: no such job, or its result is no longer kept.
         """
-        finished = await self._recorder.ask(WaitFinished(namespace, job_id))
-        watch: ResultWatch | None = None
+        # A waiting asker listens first: the daemon's result put passes the control plane on
+        # its way to the bucket, often before the Recorder has even told us it ended.
+        watch = await self._results.watch_result(namespace, job_id) if wait_s > 0 else None
+        try:
+            finished = await self._recorder.ask(WaitFinished(namespace, job_id))
+        except BaseException:
+            if watch is not None:
+                await watch.close()
+            raise
         try:
             record = None
             if not finished.done():
                 if not await self._known(namespace, job_id):
                     record = await self._record(namespace, job_id)  # 404 for an unknown id
                 if (record is None or record.job.state not in TERMINAL_STATES) and wait_s > 0:
-                    # The daemon's result put passes here on its way to the bucket.
-                    watch = await self._results.watch_result(namespace, job_id)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(finished), wait_s)
             # Fast path: the Recorder knows how a recent invocation ended and with which
