@@ -68,6 +68,8 @@ async def test_the_tenancy_matrix_of_every_route(control_plane, api, register, n
             token = (await api.post(base + "/tokens", {"description": "t"}))[1]
             ids[ns] = {"jobs": job, "workers": worker.id, "tokens": token["id"]}
             ids[ns]["secret"] = token["token"]
+        for ns, of in ids.items():  # reading a job waits until its history is appended
+            assert (await api.get(f"/v1/namespaces/{ns}/jobs/{of['jobs']}"))[0] == 200
         ta, tb = ids["alpha"]["secret"], ids["beta"]["secret"]
         doc = (await api.get("/v1/openapi.json"))[1]
         routes = _routes(doc)

@@ -84,6 +84,8 @@ async def test_traversal_and_sql_in_every_parameter(control_plane, api, register
                 path = path.replace("{" + k + "}", v)
             return path
 
+        # Reading the job waits until its history is appended (the Recorder appends behind).
+        assert (await api.get(f"/v1/namespaces/default/jobs/{job['ids'][0]}"))[0] == 200
         files_before = _files(tmp_path)
         rows_before = await row_counts(plane.parts.store)
         sent: list[tuple[str, str, int]] = []
