@@ -7,7 +7,10 @@ inside the loop, so the job table needs no locks.
 
 The loop claims as many invocations as there are free slots (a slot frees when its run
 ends; settling the claim goes on beside the next run); with nothing claimed it
-waits for a nudge, an order or a freed slot, at most ``idle_poll_s``. Retiring stops the
+waits for a nudge, an order or a freed slot, at most ``idle_poll_s``. A nudge that finds
+nothing is checked once more after :data:`NUDGE_RECHECK_S`: JetStream acknowledges a
+publish before the consumer counts the message, so a pull at that moment answers "no
+messages" for work that is there (another daemon may also simply have taken it). Retiring stops the
 claiming, naks what was claimed but not started, and lets the running jobs finish within
 ``drain_timeout_s``; the ones still running then are interrupted (back to the queue).
 """
@@ -28,6 +31,9 @@ from lakeshore.errors import LakeshoreError
 from lakeshore.model import WorkerStatus
 
 log = logging.getLogger(__name__)
+
+#: After a nudge whose claim found nothing, look once more this soon (seconds).
+NUDGE_RECHECK_S = 0.02
 
 
 class Membership(Struct, frozen=True):
@@ -92,6 +98,8 @@ class Dispatcher:
         self._drain_timeout_s = drain_timeout_s
         self._inbox: list[Order] = []
         self._wake = asyncio.Event()
+        #: a nudge came since the last claim (its claim may come too early)
+        self._nudged = False
         # Keyed by a serial, not by (queue, seq): a claim given back can be delivered here
         # again before the job that gave it back has left the table.
         self._jobs: dict[int, Job] = {}
@@ -108,6 +116,7 @@ class Dispatcher:
 
     def wake(self) -> None:
         """Scan again now (a nudge: work was admitted to a member queue)."""
+        self._nudged = True
         self._wake.set()
 
     def snapshot(self) -> Snapshot:
@@ -143,7 +152,9 @@ class Dispatcher:
                 # A slot frees when its run ends: the result put and the ack of one claim
                 # overlap the next claim and run, which keeps one slot busy twice as long.
                 free = self._concurrency - sum(j.running for j in self._jobs.values())
+                recheck = False
                 if free > 0:
+                    recheck, self._nudged = self._nudged, False
                     claims = await self._claimer.claim(free)
                     # An order that came during the claim (retire) applies to what it got.
                     await self._handle_inbox()
@@ -154,7 +165,12 @@ class Dispatcher:
                         self._start(runs, claim)
                     if claims:
                         continue
-                await self._wait(self._idle_poll_s if free > 0 else None)
+                if free <= 0:
+                    await self._wait(None)
+                elif recheck:  # then claim once more; a new nudge would recheck again
+                    await self._wait(NUDGE_RECHECK_S)
+                else:
+                    await self._wait(self._idle_poll_s)
         log.info("dispatcher stopped")
 
     async def handle(self, order: Order) -> None:

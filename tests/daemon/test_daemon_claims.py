@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from daemon_support import WAIT_S, W, fn
+from daemon_support import NS, WAIT_S, W, fn
+from polling import eventually
 
-from lakeshore.model import EventType
+from lakeshore.bus import codec, subjects
+from lakeshore.ids import new_id
+from lakeshore.model import EventType, Invocation, now
 
 
 async def test_three_daemons_claim_each_invocation_exactly_once(bench, daemons):
@@ -79,3 +82,46 @@ async def test_a_daemon_without_queues_serves_the_default_queue(bench, daemons, 
     await daemons.start("plain")
     [inv_id] = await bench.submit("default", fn("add", 1, 1))
     assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+
+
+async def test_a_nudge_that_came_before_the_work_could_be_pulled_is_checked_again(bench, daemons):
+    # JetStream acknowledges a publish before its consumer counts the message, so a pull
+    # right after the nudge may answer "no messages". Played here by nudging first and
+    # storing the work only once the nudged claim has come back empty; the idle poll is
+    # an hour away, so only the daemon's second look can find the work.
+    q = await bench.queue("claims-recheck")
+    daemon = await daemons.start("solo", queues=[q], idle_poll_s=3600)
+    claimer = daemon.running.claimer
+    empty = asyncio.Condition()  # notified at each claim that came back empty
+    empties = 0
+    claim = claimer.claim
+
+    async def watched(slots: int) -> list:
+        nonlocal empties
+        got = await claim(slots)
+        if not got:
+            async with empty:
+                empties += 1
+                empty.notify_all()
+        return got
+
+    claimer.claim = watched  # type: ignore[method-assign]
+
+    async def nudge_comes_back_empty(times: int) -> bool:
+        """Nudge; whether ``times`` empty claims follow it (the claim, then its recheck)."""
+        before = empties
+        await bench.nc.publish(subjects.nudge_subject(NS, q), b"")
+        try:
+            async with asyncio.timeout(1), empty:
+                await empty.wait_for(lambda: empties >= before + times)
+        except TimeoutError:
+            return False  # not heard: the daemon was reconnecting (a new queue's grant)
+        return True
+
+    # Once the daemon hears nudges (its subscription is made as it starts), a nudge to an
+    # empty queue is claimed for twice: at once and once more.
+    await eventually(lambda: nudge_comes_back_empty(2), timeout_s=WAIT_S, what="nudges heard")
+    assert await nudge_comes_back_empty(1)  # the nudged claim found nothing; now the work:
+    inv = Invocation(id=new_id(), namespace=NS, queue=q, fn="daemon_jobs:noop", submitted_at=now())
+    await bench.js.publish(subjects.level_subject(NS, q, 0), codec.encode(inv))
+    assert await bench.events.wait_final(inv.id) is EventType.SUCCEEDED
