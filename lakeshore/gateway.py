@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from lakeshore.access import Access
+from lakeshore.access import Access, Caller
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.nats import NatsBus
 from lakeshore.errors import (
@@ -92,8 +92,7 @@ class Gateway:
     async def _submit(self, subject: str, data: bytes) -> Any:
         _, ns, _, queue = subject.split(".")
         body = codec.decode(data, FastSubmit)
-        caller = await self._access.identify(f"Bearer {body.token}")
-        await self._access.authorize(caller, ns)
+        caller = await self._caller(body.token, ns)
         return await self._jobs.submit(
             ns, queue, body.invocations, actor=caller.token_id, wait_s=body.wait_s
         )
@@ -101,9 +100,14 @@ class Gateway:
     async def _result(self, subject: str, data: bytes) -> Any:
         _, ns, _, job_id = subject.split(".")
         body = codec.decode(data, FastResult)
-        caller = await self._access.identify(f"Bearer {body.token}")
-        await self._access.authorize(caller, ns)
+        await self._caller(body.token, ns)
         return await self._jobs.result(ns, job_id, body.wait_s)
+
+    async def _caller(self, token: str, ns: str) -> Caller:
+        """Who the request's token is, once allowed to act on ``ns`` (as over HTTP)."""
+        caller = await self._access.identify(f"Bearer {token}")
+        await self._access.authorize(caller, ns)
+        return caller
 
 
 def _answering(
