@@ -22,7 +22,7 @@ from lakeshore.access import Access
 from lakeshore.actors.base import ActorRef, Runtime
 from lakeshore.actors.controller import ControllerActor, Halt, Tick
 from lakeshore.actors.directory import QueueDirectory
-from lakeshore.actors.launcher import Launcher, exit_reporter
+from lakeshore.actors.launcher import Launcher, exit_reporter, placement_reporter
 from lakeshore.actors.recorder import Recorder
 from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.connection import connect_nats
@@ -38,6 +38,8 @@ from lakeshore.http.app import make_app
 from lakeshore.http.errors import MAX_LINE_BYTES
 from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
+from lakeshore.providers.slurm import SlurmProvider
+from lakeshore.providers.ssh import SshProvider
 from lakeshore.security.callout import CALLOUT_GROUP, CALLOUT_SUBJECT, Callout, Identities
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
@@ -144,11 +146,17 @@ class ControlPlane:
             WorkerRegistry(store, lost_after_s=settings.lost_after_s, quotas=settings.quotas)
         )
         runtime.every(settings.heartbeat_s, workers, Sweep())
+        on_exit, on_placed = exit_reporter(workers), placement_reporter(workers)
+        beat_s = settings.heartbeat_s
         providers: dict[ProviderKind, Backend] = {
             ProviderKind.LOCAL: LocalProvider(
-                self.data_dir / "daemons", exit_reporter(workers), heartbeat_s=settings.heartbeat_s
+                self.data_dir / "daemons", on_exit, heartbeat_s=beat_s
             ),
             ProviderKind.EXTERNAL: ExternalProvider(),
+            ProviderKind.SSH: SshProvider(on_exit, on_placed, heartbeat_s=beat_s),
+            ProviderKind.SLURM: SlurmProvider(
+                self.data_dir / "daemons", on_exit, on_placed, heartbeat_s=beat_s
+            ),
         }
         launcher = await runtime.spawn(
             Launcher(

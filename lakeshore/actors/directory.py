@@ -187,6 +187,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
             elasticity=scaling,
             created_at=ts,
             updated_at=ts,
+            labels=dict(body.labels),
         )
         return await self._add(row, actor)
 

@@ -18,14 +18,16 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from msgspec import Struct
+import msgspec
+from msgspec import UNSET, Struct
 
 from lakeshore import quotas
 from lakeshore.actors.base import Actor, ActorRef
-from lakeshore.actors.workers import Exited, ListWorkers, Prepare, new_worker_id
+from lakeshore.actors.workers import Exited, ListWorkers, Placed, Prepare, new_worker_id
 from lakeshore.errors import (
     AlreadyExists,
     Conflict,
+    ImmutableField,
     Invalid,
     NamespaceNotFound,
     NotFound,
@@ -40,13 +42,14 @@ from lakeshore.model import (
     Provider,
     ProviderCreate,
     ProviderKind,
+    ProviderPatch,
     Worker,
     WorkerStatus,
     check_depth,
     now,
     validate_name,
 )
-from lakeshore.providers import Backend, ExitCallback, find_provider
+from lakeshore.providers import Backend, ExitCallback, PlacedCallback, find_provider
 from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import LauncherStore
 
@@ -76,6 +79,12 @@ class AddProvider(Struct, frozen=True):
     body: ProviderCreate
 
 
+class PatchProvider(Struct, frozen=True):
+    namespace: str
+    name: str
+    body: ProviderPatch
+
+
 class RemoveProvider(Struct, frozen=True):
     namespace: str
     name: str
@@ -87,7 +96,7 @@ class CountLocal(Struct, frozen=True):
     org: str
 
 
-LauncherMsg = LaunchDaemons | StopDaemon | AddProvider | RemoveProvider | CountLocal
+LauncherMsg = LaunchDaemons | StopDaemon | AddProvider | PatchProvider | RemoveProvider | CountLocal
 
 
 class Launcher(Actor[LauncherMsg]):
@@ -128,6 +137,8 @@ class Launcher(Actor[LauncherMsg]):
                 return await self._stop(ns, ref)
             case AddProvider(namespace=ns, body=body):
                 return await self._add(ns, body)
+            case PatchProvider(namespace=ns, name=name, body=body):
+                return await self._patch(ns, name, body)
             case RemoveProvider(namespace=ns, name=name):
                 return await self._remove(ns, name)
             case CountLocal(org=org):
@@ -166,7 +177,7 @@ class Launcher(Actor[LauncherMsg]):
         rows = await self._workers.ask(Prepare(ns_name, rows, partial=msg.managed))
         names = [w.name for w in rows]
         org = ns.org
-        await backend.launch(rows, lambda w: self._access(w, org))
+        await backend.launch(provider, rows, lambda w: self._access(w, org))
         log.info("launched %d daemon(s) %s on %s in %s", len(rows), names, provider.name, ns_name)
         detail = {"provider": provider.name, "names": names, "ids": [w.id for w in rows]}
         for q in queues or [DEFAULT_QUEUE]:
@@ -191,9 +202,15 @@ class Launcher(Actor[LauncherMsg]):
         )
         if worker is None:
             raise WorkerNotFound(ns, ref)
-        for backend in self._backends.values():
-            if await backend.stop(worker.id):
-                return worker
+        namespace = await self._store.get_namespace(ns)
+        if namespace is None:
+            raise NamespaceNotFound(ns)
+        try:
+            provider = await find_provider(self._store, namespace, worker.provider)
+        except NotFound:
+            provider = None  # started by hand (``external``), or its provider was deleted
+        if provider is not None and await self._backends[provider.kind].stop(worker, provider):
+            return worker
         raise Conflict(
             f"worker {worker.name!r} runs no process this control plane started (provider "
             f"{worker.provider!r}); retire it with `lakeshore daemon stop {worker.name}`"
@@ -204,12 +221,47 @@ class Launcher(Actor[LauncherMsg]):
         check_depth("provider config", body.config)
         if body.name == BUILTIN_PROVIDER:
             raise AlreadyExists("provider", body.name, " in every namespace (it is built in)")
+        check_labels(body.labels)
+        self._backends[body.kind].check_config(body.config)
         row = Provider(
-            name=body.name, namespace=ns, kind=body.kind, config=dict(body.config), created_at=now()
+            name=body.name,
+            namespace=ns,
+            kind=body.kind,
+            config=dict(body.config),
+            created_at=now(),
+            labels=dict(body.labels),
         )
         await self._store.insert_provider(row)
         log.info("provider %s (%s) added to %s", row.name, row.kind, ns)
         return row
+
+    async def _patch(self, ns: str, name: str, body: ProviderPatch) -> Provider:
+        if name == BUILTIN_PROVIDER:
+            raise Conflict(f"provider {name!r} is built in: it has no config or labels to change")
+        old = await self._store.get_provider(ns, name)
+        if old is None:
+            raise NotFound(f"no provider {name!r} in namespace {ns!r}")
+        if body.kind is not UNSET and body.kind != old.kind.value:
+            raise ImmutableField(
+                "kind",
+                f"provider {name!r} is {old.kind.value}; a provider's kind is fixed at creation "
+                "— add a provider with the kind you need",
+            )
+        if body.name is not UNSET and body.name != name:
+            raise ImmutableField("name", "add a provider with the new name instead")
+        changes: dict[str, Any] = {}
+        if body.config is not UNSET:
+            check_depth("provider config", body.config)
+            self._backends[old.kind].check_config(body.config)
+            changes["config"] = dict(body.config)
+        if body.labels is not UNSET:
+            check_labels(body.labels)
+            changes["labels"] = dict(body.labels)
+        new = msgspec.structs.replace(old, **changes)
+        if new != old:
+            await self._store.update_provider(new)
+            log.info("provider %s of %s patched: %s", name, ns, sorted(changes))
+        return new
 
     async def _remove(self, ns: str, name: str) -> Provider:
         if name == BUILTIN_PROVIDER:
@@ -268,5 +320,14 @@ def exit_reporter(workers: ActorRef[Any]) -> ExitCallback:
 
     def report(worker: Worker, returncode: int | None, reason: str, requested: bool) -> None:
         workers.tell(Exited(worker.namespace, worker.id, returncode, reason, requested))
+
+    return report
+
+
+def placement_reporter(workers: ActorRef[Any]) -> PlacedCallback:
+    """The placed callback of a backend: the registry keeps the placement on the row."""
+
+    def report(worker: Worker, placement: dict[str, str]) -> None:
+        workers.tell(Placed(worker.namespace, worker.id, dict(placement)))
 
     return report

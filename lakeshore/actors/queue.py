@@ -231,6 +231,8 @@ class QueueActor(Actor[QueueMsg]):
             changes["max_depth"] = patch.max_depth
         if patch.on_full is not UNSET:
             changes["on_full"] = patch.on_full
+        if patch.labels is not UNSET:
+            changes["labels"] = dict(patch.labels)
         if patch.elasticity is not UNSET:
             changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
             # A max set before the ceiling was lowered may stay; it may not be raised.

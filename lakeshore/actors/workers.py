@@ -142,6 +142,14 @@ class Exited(Struct, frozen=True):
     requested: bool = False
 
 
+class Placed(Struct, frozen=True):
+    """Where a provider runs a launched daemon (kept on its row, see ``Worker.placement``)."""
+
+    namespace: str
+    worker_id: str
+    placement: dict[str, str]
+
+
 WorkerMsg = (
     Members
     | Register
@@ -153,6 +161,7 @@ WorkerMsg = (
     | ListWorkers
     | Prepare
     | Exited
+    | Placed
     | SetLeases
     | MarkWorkerLost
 )
@@ -241,6 +250,13 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._prepare(msg)
             case Exited():
                 return await self._exited(msg)
+            case Placed(namespace=ns, worker_id=wid, placement=placement):
+                w = self._rows.get(wid)
+                if w is None or w.namespace != ns or w.placement == placement:
+                    return w
+                new = msgspec.structs.replace(w, placement=placement)
+                await self._save(new)
+                return new
             case SetLeases(leases=leases):
                 self._leases = dict(leases)
                 return None
@@ -278,6 +294,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             status=WorkerStatus.IDLE,
             last_heartbeat=ts,
             started_at=existing.started_at if existing else ts,
+            placement=existing.placement if existing else {},
         )
         await self._save(worker)
         log.info("worker %s (%s) registered in %s", worker.name, worker.id, worker.namespace)

@@ -9,7 +9,7 @@ from msgspec import Struct
 from lakeshore.http.auth import caller
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import ACCESS, FLEET
-from lakeshore.model import Namespace, Provider, ProviderCreate
+from lakeshore.model import Namespace, Provider, ProviderCreate, ProviderPatch
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/providers"
@@ -26,7 +26,7 @@ async def _namespace(request: web.Request) -> Namespace:
 @routes.route(
     "POST",
     BASE,
-    "Add a provider (local or external)",
+    "Add a provider (local, external, ssh or slurm)",
     body=ProviderCreate,
     answer=Provider,
     status=201,
@@ -47,6 +47,19 @@ async def list_(request: web.Request) -> web.Response:
 async def show(request: web.Request) -> web.Response:
     ns = await _namespace(request)
     return reply(await request.app[FLEET].provider(ns, request.match_info["name"]))
+
+
+@routes.route(
+    "PATCH",
+    BASE + "/{name}",
+    "Replace a provider's config or labels (its kind is fixed)",
+    body=ProviderPatch,
+    answer=Provider,
+)
+async def patch(request: web.Request) -> web.Response:
+    ns = await _namespace(request)
+    body = await decode_body(request, ProviderPatch)
+    return reply(await request.app[FLEET].patch_provider(ns.name, request.match_info["name"], body))
 
 
 @routes.route(

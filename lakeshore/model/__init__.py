@@ -66,6 +66,7 @@ from lakeshore.model.providers import (
     Provider,
     ProviderCreate,
     ProviderKind,
+    ProviderPatch,
 )
 from lakeshore.model.queues import (
     Elasticity,
@@ -152,6 +153,7 @@ __all__ = [
     "Launched",
     "Provider",
     "ProviderCreate",
+    "ProviderPatch",
     "ProviderKind",
     "Token",
     "TokenCreate",

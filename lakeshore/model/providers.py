@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from lakeshore.model.names import MAX_ENTRIES, Labels
 from lakeshore.model.workers import Worker
@@ -22,6 +22,10 @@ class ProviderKind(StrEnum):
     LOCAL = "local"
     #: daemons are started by hand with ``lakeshore daemon run`` and register themselves
     EXTERNAL = "external"
+    #: daemons started over SSH on a list of hosts; they outlive the SSH session
+    SSH = "ssh"
+    #: one Slurm job per daemon (``sbatch``), stopped with ``scancel``
+    SLURM = "slurm"
 
 
 class Provider(Struct, frozen=True, kw_only=True):
@@ -33,6 +37,8 @@ class Provider(Struct, frozen=True, kw_only=True):
     #: free-form settings of the provider, kept as given
     config: dict[str, Any] = {}
     created_at: datetime
+    #: free labels, e.g. ``lakeshore.io/project`` on the providers a compose file created
+    labels: dict[str, str] = {}
 
 
 class ProviderCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +46,17 @@ class ProviderCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     kind: ProviderKind
     #: at most 64 settings, JSON values nested at most 64 deep
     config: Annotated[dict[str, Any], Meta(max_length=MAX_ENTRIES)] = {}
+    labels: Labels = {}
+
+
+class ProviderPatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Replace a provider's config or labels; its kind is fixed at creation."""
+
+    config: Annotated[dict[str, Any], Meta(max_length=MAX_ENTRIES)] | UnsetType = UNSET
+    labels: Labels | UnsetType = UNSET
+    #: present only to answer a clear 400: a provider's kind is immutable
+    kind: Any = UNSET
+    name: Any = UNSET
 
 
 class DaemonLaunch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -108,6 +108,8 @@ class Queue(Struct, frozen=True, kw_only=True):
     elasticity: Elasticity = Elasticity()
     created_at: datetime
     updated_at: datetime
+    #: free labels, e.g. ``lakeshore.io/project`` on the queues a compose file created
+    labels: dict[str, str] = {}
 
 
 class QueuePage(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -179,6 +181,7 @@ class QueueCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     on_full: OnFull = OnFull.REJECT
     #: partial elasticity object: omitted fields take their defaults for the kind
     elasticity: dict[str, Any] | None = None
+    labels: Labels = {}
 
 
 class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -187,6 +190,8 @@ class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     on_full: OnFull | UnsetType = UNSET
     #: merged into the current elasticity object (its kind may change)
     elasticity: dict[str, Any] | UnsetType = UNSET
+    #: replaces the queue's labels
+    labels: Labels | UnsetType = UNSET
     #: present only to answer a clear 400: a queue's kind is immutable
     kind: Any = UNSET
     name: Any = UNSET

@@ -51,6 +51,9 @@ class Worker(Struct, frozen=True, kw_only=True):
     current: str | None = None
     last_heartbeat: datetime | None = None
     started_at: datetime
+    #: where its provider runs it, e.g. ``{"host": "gpu1", "pid": "4242"}`` (ssh) or
+    #: ``{"slurm_job": "17"}`` (slurm); how the provider finds it again to stop it
+    placement: dict[str, str] = {}
 
 
 class WorkerEdited(Worker, frozen=True, kw_only=True):

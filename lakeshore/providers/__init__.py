@@ -1,6 +1,13 @@
 """How daemons are started: the ``local`` (subprocess) and ``external`` backends."""
 
-from lakeshore.providers.base import Backend, ExitCallback, builtin, find_provider, list_providers
+from lakeshore.providers.base import (
+    Backend,
+    ExitCallback,
+    PlacedCallback,
+    builtin,
+    find_provider,
+    list_providers,
+)
 from lakeshore.providers.external import ExternalProvider
 from lakeshore.providers.local import DAEMON_COMMAND, LocalProvider, daemon_argv
 
@@ -10,6 +17,7 @@ __all__ = [
     "ExitCallback",
     "ExternalProvider",
     "LocalProvider",
+    "PlacedCallback",
     "builtin",
     "daemon_argv",
     "find_provider",

@@ -9,7 +9,7 @@ not stored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeshore.errors import NotFound
 from lakeshore.model import (
@@ -28,12 +28,26 @@ if TYPE_CHECKING:
 #: ``(worker, returncode or None if it never started, reason, requested)`` where
 #: ``requested`` means the provider was asked to stop it.
 ExitCallback = Callable[[Worker, int | None, str, bool], None]
+#: Called once a backend knows where a launched daemon runs: ``(worker, placement)``,
+#: e.g. ``{"host": "gpu1", "pid": "4242"}``; it is kept on the worker row.
+PlacedCallback = Callable[[Worker, dict[str, str]], None]
 #: A daemon's NATS URL, identity and credential, minted for the worker row it runs.
 AccessFor = Callable[[Worker], DaemonAccess]
 
 
 class Backend(Protocol):
-    """A backend that starts and stops daemons for the provider rows of one kind."""
+    """A backend that starts and stops daemons for the provider rows of one kind.
+
+    The interface is small on purpose (check, launch N, stop one, list what it runs):
+    ``docs/providers.md`` shows how to add a kind.
+    """
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        """Refuse a provider row's ``config`` this backend cannot use (at ``providers add``).
+
+        Raises:
+            Invalid: what is wrong with it and how to fix it.
+        """
 
     def check_launch(self, provider: Provider) -> None:
         """Refuse, before any worker row exists, a launch this backend cannot do.
@@ -42,27 +56,32 @@ class Backend(Protocol):
             LakeshoreError: why not, and what to do instead.
         """
 
-    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
-        """Start one daemon per row (rows already ``starting``); returns once started.
+    async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
+        """Start one daemon per row (rows already ``starting``).
 
         ``access(worker)`` is that daemon's way onto NATS (URL, its own credential, CA).
-
-        A daemon that cannot be started is reported through the backend's exit callback,
-        not raised, so the others still run.
+        A backend whose starts are slow (another machine, a batch system) may return before
+        they are done: it then owns the work until it ends. Where a daemon runs is reported
+        through the backend's placed callback, a daemon that cannot be started through its
+        exit callback, not raised, so the others still run.
         """
 
-    async def stop(self, worker_id: str) -> bool:
+    async def stop(self, worker: Worker, provider: Provider) -> bool:
         """Ask the daemon's process to stop (forcefully after a bound).
 
+        ``worker.placement`` says where it runs, also after a restart of the control plane.
+
         Returns:
-            Whether this backend runs a process for ``worker_id``.
+            Whether this backend found a process of ``worker`` to stop.
         """
 
     def daemons(self) -> list[Worker]:
-        """The workers whose process this backend runs now (the quotas count them)."""
+        """The workers whose process this backend runs on this host now (the quotas count
+        them; backends that start daemons elsewhere answer ``[]``)."""
 
     async def close(self) -> None:
-        """Stop every process this backend started, within a few seconds."""
+        """Stop what this backend owns on this host within a few seconds (daemons it runs
+        elsewhere keep running: a restarted control plane finds them again)."""
 
 
 def builtin(ns: Namespace) -> Provider:

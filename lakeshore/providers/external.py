@@ -6,6 +6,8 @@ with the command that starts one instead.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lakeshore.errors import Conflict
 from lakeshore.model import Provider, Worker
 from lakeshore.providers.base import AccessFor
@@ -13,6 +15,9 @@ from lakeshore.providers.base import AccessFor
 
 class ExternalProvider:
     """Refuses launches; has no processes to stop."""
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        """An external provider has no settings it reads (any are kept as given)."""
 
     def check_launch(self, provider: Provider) -> None:
         """Always refuses (409), naming the ``lakeshore daemon run`` command to use."""
@@ -25,11 +30,11 @@ class ExternalProvider:
             "from the default queue). It registers itself."
         )
 
-    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
+    async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
         """Never called after :meth:`check_launch` refused; refuses nonetheless."""
         raise Conflict("external providers do not launch daemons; use `lakeshore daemon run`")
 
-    async def stop(self, worker_id: str) -> bool:
+    async def stop(self, worker: Worker, provider: Provider) -> bool:
         return False
 
     def daemons(self) -> list[Worker]:

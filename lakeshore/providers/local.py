@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lakeshore.model import DaemonAccess, Provider, Worker, now
 from lakeshore.providers.base import AccessFor, ExitCallback
@@ -133,10 +134,13 @@ class LocalProvider:
         await asyncio.shield(child.watcher)
         return child.proc.returncode
 
+    def check_config(self, config: dict[str, Any]) -> None:
+        """A local provider has no settings it reads (any are kept as given)."""
+
     def check_launch(self, provider: Provider) -> None:
         """Local launches are always possible."""
 
-    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
+    async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
         for worker in workers:
             given = access(worker)
             argv = daemon_argv(self.command, worker, given.nats_url, self._heartbeat_s)
@@ -165,9 +169,9 @@ class LocalProvider:
             child.watcher = asyncio.create_task(self._watch(child), name=f"daemon:{worker.name}")
             log.info("started daemon %s (%s) as pid %d", worker.name, worker.id, proc.pid)
 
-    async def stop(self, worker_id: str) -> bool:
+    async def stop(self, worker: Worker, provider: Provider) -> bool:
         """SIGTERM now, SIGKILL after ``stop_timeout_s`` if it is still running."""
-        child = self._children.get(worker_id)
+        child = self._children.get(worker.id)
         if child is None:
             return False
         if not child.stopping:

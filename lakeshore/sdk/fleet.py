@@ -90,11 +90,30 @@ class FleetRoutes(Transport):
         kind: ProviderKind | str,
         config: dict[str, Any] | None = None,
         *,
+        labels: dict[str, str] | None = None,
         namespace: str | None = None,
     ) -> Call[Provider]:
         """Add a provider (an unknown namespace is created in the caller's org)."""
-        body = ProviderCreate(name=name, kind=ProviderKind(kind), config=dict(config or {}))
+        body = ProviderCreate(
+            name=name, kind=ProviderKind(kind), config=dict(config or {}), labels=dict(labels or {})
+        )
         return Call(self, Provider, "POST", self._ns(namespace, "providers"), json=body)
+
+    def providers_patch(
+        self,
+        name: str,
+        *,
+        config: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None,
+        namespace: str | None = None,
+    ) -> Call[Provider]:
+        """Replace a provider's config and/or labels (``None``: left as they are)."""
+        body: dict[str, Any] = {}
+        if config is not None:
+            body["config"] = config
+        if labels is not None:
+            body["labels"] = labels
+        return Call(self, Provider, "PATCH", self._ns(namespace, "providers", name), json=body)
 
     def providers_ls(self, *, namespace: str | None = None) -> Call[list[Provider]]:
         """The namespace's providers, the built-in ``local`` first."""

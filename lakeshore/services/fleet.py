@@ -14,7 +14,7 @@ import msgspec
 from lakeshore.access import Caller
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import Status
-from lakeshore.actors.launcher import AddProvider, LaunchDaemons, RemoveProvider
+from lakeshore.actors.launcher import AddProvider, LaunchDaemons, PatchProvider, RemoveProvider
 from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker, new_worker_id
 from lakeshore.bus.port import Bus
 from lakeshore.errors import WorkerNotFound
@@ -34,6 +34,7 @@ from lakeshore.model import (
     NamespaceDetail,
     Provider,
     ProviderCreate,
+    ProviderPatch,
     Worker,
     WorkerEdited,
     WorkerRegister,
@@ -145,6 +146,9 @@ class FleetService:
 
     async def add_provider(self, namespace: str, body: ProviderCreate) -> Provider:
         return await self._launcher.ask(AddProvider(namespace, body))
+
+    async def patch_provider(self, namespace: str, name: str, body: ProviderPatch) -> Provider:
+        return await self._launcher.ask(PatchProvider(namespace, name, body))
 
     async def remove_provider(self, namespace: str, name: str) -> Provider:
         return await self._launcher.ask(RemoveProvider(namespace, name))

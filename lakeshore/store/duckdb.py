@@ -43,9 +43,9 @@ T = TypeVar("T")
 _NAMESPACE = ("name", "org", "created_at")
 _TOKEN = ("id", "namespace", "description", "admin", "created_at")
 _QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_full",
-          "elasticity", "created_at", "updated_at")  # fmt: skip
+          "elasticity", "created_at", "updated_at", "labels")  # fmt: skip
 _WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
-           "current", "last_heartbeat", "started_at")  # fmt: skip
+           "current", "last_heartbeat", "started_at", "placement")  # fmt: skip
 _WORKER_DATA = _WORKER[3:]
 _QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")
 
@@ -423,6 +423,10 @@ class Store(JobQueries, KeyQueries, RegistryQueries):
 
     async def get_provider(self, namespace: str, name: str) -> Provider | None:
         return await self._run(lambda con: prov.get(con, namespace, name))
+
+    async def update_provider(self, p: Provider) -> None:
+        """Replace a provider row's config and labels."""
+        await self._run(lambda con: prov.update(con, p))
 
     async def list_providers(self, namespace: str) -> list[Provider]:
         """The namespace's stored providers, by name (the built-in ``local`` is not stored)."""

@@ -240,6 +240,11 @@ class InMemoryStore:
         self._live()
         return _copy(self._providers.get((namespace, name)))
 
+    async def update_provider(self, p: Provider) -> None:
+        self._live()
+        if (p.namespace, p.name) in self._providers:
+            self._providers[(p.namespace, p.name)] = _row(Provider, p)
+
     async def list_providers(self, namespace: str) -> list[Provider]:
         self._live()
         return _copies(self._providers[k] for k in sorted(self._providers) if k[0] == namespace)

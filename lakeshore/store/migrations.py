@@ -134,6 +134,16 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        5,
+        [
+            # Labels on queues and providers (a compose file marks what it created); where
+            # a provider runs each daemon, so that it can stop it after a restart.
+            "ALTER TABLE queues ADD COLUMN labels VARCHAR DEFAULT '{}'",
+            "ALTER TABLE providers ADD COLUMN labels VARCHAR DEFAULT '{}'",
+            "ALTER TABLE workers ADD COLUMN placement VARCHAR DEFAULT '{}'",
+        ],
+    ),
 ]
 
 

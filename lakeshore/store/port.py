@@ -128,6 +128,9 @@ class ProviderRows(Protocol):
 
     async def get_provider(self, namespace: str, name: str) -> Provider | None: ...
 
+    async def update_provider(self, p: Provider) -> None:
+        """Replace the row's config and labels (kind and name never change)."""
+
     async def list_providers(self, namespace: str) -> list[Provider]:
         """The namespace's stored providers, by name."""
 

@@ -17,7 +17,7 @@ from lakeshore.store import _rows
 
 Con = duckdb.DuckDBPyConnection
 
-_COLUMNS = ("namespace", "name", "kind", "config", "created_at")
+_COLUMNS = ("namespace", "name", "kind", "config", "created_at", "labels")
 _SELECT = _rows.select("providers", _COLUMNS)
 _INSERT = _rows.insert("providers", _COLUMNS)
 
@@ -31,7 +31,18 @@ def insert(con: Con, p: Provider) -> None:
     sql = "SELECT 1 FROM providers WHERE namespace = ? AND name = ?"
     if _rows.scalar(con, sql, [p.namespace, p.name]):
         raise errors.AlreadyExists("provider", p.name, f" in namespace {p.namespace!r}")
-    con.execute(_INSERT, [p.namespace, p.name, p.kind, _rows.to_json(p.config), p.created_at])
+    con.execute(_INSERT, _values(p))
+
+
+def update(con: Con, p: Provider) -> None:
+    """Replace a provider row's config and labels (its kind and name never change)."""
+    sql = "UPDATE providers SET config = ?, labels = ? WHERE namespace = ? AND name = ?"
+    con.execute(sql, [_rows.to_json(p.config), _rows.to_json(p.labels), p.namespace, p.name])
+
+
+def _values(p: Provider) -> list[Any]:
+    return [p.namespace, p.name, p.kind, _rows.to_json(p.config), p.created_at,
+            _rows.to_json(p.labels)]  # fmt: skip
 
 
 def get(con: Con, namespace: str, name: str) -> Provider | None:
@@ -58,5 +69,6 @@ def _fetch(con: Con, sql: str, args: list[Any]) -> list[Provider]:
     for row in cur.fetchall():
         rec = dict(zip(names, row, strict=True))
         rec["config"] = _rows.from_json(rec["config"])
+        rec["labels"] = _rows.from_json(rec["labels"]) or {}
         records.append(rec)
     return msgspec.convert(records, list[Provider])

@@ -138,12 +138,15 @@ class RecordingBackend:
     def launched(self) -> list[Worker]:
         return [w for batch in self.launches for w in batch]
 
+    def check_config(self, config: dict[str, Any]) -> None:
+        return None
+
     def check_launch(self, provider: Provider) -> None:
         self.checked.append(provider.name)
         if self.refuse is not None:
             raise self.refuse
 
-    async def launch(self, workers: list[Worker], access: AccessFor) -> None:
+    async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
         self.launches.append(list(workers))
         self.access.update((w.id, access(w)) for w in workers)
         self.running.update((w.id, w) for w in workers)
@@ -151,11 +154,10 @@ class RecordingBackend:
     def daemons(self) -> list[Worker]:
         return list(self.running.values())
 
-    async def stop(self, worker_id: str) -> bool:
-        worker = self.running.pop(worker_id, None)
-        if worker is None:
+    async def stop(self, worker: Worker, provider: Provider) -> bool:
+        if self.running.pop(worker.id, None) is None:
             return False
-        self.stops.append(worker_id)
+        self.stops.append(worker.id)
         self._on_exit(worker, -15, "stopped on request", True)
         return True
 
@@ -165,5 +167,7 @@ class RecordingBackend:
 
     async def close(self) -> None:
         for worker in list(self.running.values()):
-            await self.stop(worker.id)
+            self.running.pop(worker.id)
+            self.stops.append(worker.id)
+            self._on_exit(worker, -15, "stopped on request", True)
         self.closed = True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lakeshore.model import DaemonAccess, Worker, now
+from lakeshore.model import DaemonAccess, Provider, ProviderKind, Worker, now
 from lakeshore.providers import LocalProvider, daemon_argv
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
@@ -80,6 +80,10 @@ async def bench() -> AsyncIterator[Bench]:
         await server.wait_closed()
 
 
+#: The provider row of every launch here (the built-in ``local``).
+LOCAL = Provider(name="local", namespace="ns", kind=ProviderKind.LOCAL, created_at=now())
+
+
 def worker(name: str, queues: list[str] | None = None, **labels: str) -> Worker:
     return Worker(
         id=f"w-{name}",
@@ -114,7 +118,7 @@ def gone(pid: int) -> bool:
 async def test_one_process_per_worker_with_its_flags_and_its_own_log(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("drain"))
     rows = [worker("prep-00", ["cpu-prep", "eval"], gpu="a100"), worker("prep-01")]
-    await provider.launch(rows, access)
+    await provider.launch(LOCAL, rows, access)
     got = sorted([(await bench.next_ready()).argv, (await bench.next_ready()).argv])
     assert got == sorted(daemon_argv([], w, NATS) for w in rows)
     assert got[0] == [
@@ -142,7 +146,7 @@ async def test_each_daemon_gets_its_credential_in_its_environment_not_its_comman
     monkeypatch.setenv(CA_ENV, "the control plane's own")
     provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("drain"))
     rows = [worker("tls-00"), worker("plain-00")]
-    await provider.launch(rows, lambda w: access(w, CA if w.name == "tls-00" else None))
+    await provider.launch(LOCAL, rows, lambda w: access(w, CA if w.name == "tls-00" else None))
     reports = [await bench.next_ready(), await bench.next_ready()]
     by_id = {r.argv[r.argv.index("--id") + 1]: r for r in reports}
     assert by_id["w-tls-00"].env == {CREDENTIAL_ENV: "secret-of-w-tls-00", CA_ENV: CA}
@@ -156,7 +160,7 @@ async def test_each_daemon_gets_its_credential_in_its_environment_not_its_comman
 
 async def test_a_daemon_that_exits_on_its_own_is_reported_with_code_and_output(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("crash"))
-    await provider.launch([worker("doomed")], access)
+    await provider.launch(LOCAL, [worker("doomed")], access)
     exit_ = await bench.next_exit()
     assert (exit_.worker.name, exit_.code, exit_.requested) == ("doomed", 3, False)
     assert "exited with code 3" in exit_.reason
@@ -169,10 +173,10 @@ async def test_stop_sends_sigterm_then_sigkill_after_the_bound(bench, tmp_path):
     provider = LocalProvider(
         tmp_path, bench.on_exit, command=bench.command("deaf"), stop_timeout_s=0.2
     )
-    await provider.launch([worker("stubborn")], access)
+    await provider.launch(LOCAL, [worker("stubborn")], access)
     await bench.next_ready()
-    assert await provider.stop("w-stubborn") is True
-    assert await provider.stop("w-nobody") is False
+    assert await provider.stop(worker("stubborn"), LOCAL) is True
+    assert await provider.stop(worker("nobody"), LOCAL) is False
     exit_ = await bench.next_exit()
     assert (exit_.code, exit_.requested) == (-signal.SIGKILL, True)
     assert exit_.reason == "killed by SIGKILL"
@@ -183,7 +187,7 @@ async def test_close_kills_what_sigterm_did_not_end_within_the_bound(bench, tmp_
     provider = LocalProvider(
         tmp_path, bench.on_exit, command=bench.command("deaf"), close_timeout_s=0.2
     )
-    await provider.launch([worker("a"), worker("b")], access)
+    await provider.launch(LOCAL, [worker("a"), worker("b")], access)
     await bench.next_ready()
     await bench.next_ready()
     pids = [provider.pid("w-a"), provider.pid("w-b")]
@@ -196,7 +200,7 @@ async def test_close_kills_what_sigterm_did_not_end_within_the_bound(bench, tmp_
 
 async def test_a_command_that_cannot_start_is_reported_not_raised(bench, tmp_path):
     provider = LocalProvider(tmp_path, bench.on_exit, command=[str(tmp_path / "no-such-binary")])
-    await provider.launch([worker("ghost")], access)
+    await provider.launch(LOCAL, [worker("ghost")], access)
     exit_ = bench.exits.get_nowait()
     assert (exit_.worker.name, exit_.code, exit_.requested) == ("ghost", None, False)
     assert exit_.reason.startswith("could not start:")
