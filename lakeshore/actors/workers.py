@@ -252,7 +252,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._exited(msg)
             case Placed(namespace=ns, worker_id=wid, placement=placement):
                 w = self._rows.get(wid)
-                if w is None or w.namespace != ns or w.placement == placement:
+                if w is None or w.namespace != ns:
+                    return None
+                if w.placement == placement:
                     return w
                 new = msgspec.structs.replace(w, placement=placement)
                 await self._save(new)

@@ -1,9 +1,10 @@
 """Option values that several commands parse alike: repeatable ``KEY=VALUE`` pairs
-(``--label``, ``--config``, ``--env``)."""
+(``--label``, ``--env``) and provider settings (``--config``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import click
 
@@ -40,6 +41,33 @@ def key_values(
     return pairs
 
 
+def settings(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, Any]:
+    """The ``callback`` of ``--config KEY=VALUE``: a value that starts with ``[`` or ``{`` is
+    a YAML flow list or mapping (``hosts=[gpu1, gpu2]``), any other a string (a provider
+    converts ``port=2222`` to the number it needs).
+
+    Raises:
+        click.BadParameter: not ``KEY=VALUE``, or a list or mapping that does not parse.
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for key, text in key_values(value, ctx, param).items():
+        if not text.startswith(("[", "{")):
+            out[key] = text
+            continue
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or "not a YAML list or mapping"
+            raise click.BadParameter(
+                f"{key}={text}: {problem} (write a list as [a, b] and a mapping as {{k: v}})",
+                ctx,
+                param,
+            ) from None
+    return out
+
+
 def key_value_pairs(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> dict[str, str]:
@@ -48,4 +76,4 @@ def key_value_pairs(
     return key_values(value, ctx, param)
 
 
-__all__ = ["key_value_pairs", "key_values"]
+__all__ = ["key_value_pairs", "key_values", "settings"]

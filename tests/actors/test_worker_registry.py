@@ -15,6 +15,7 @@ from lakeshore.actors.workers import (
     ListWorkers,
     MarkWorkerLost,
     Members,
+    Placed,
     Prepare,
     Register,
     RetireWorker,
@@ -112,6 +113,23 @@ async def test_a_launched_daemon_registers_with_the_id_it_was_given(
     w = await register(registry, "d1", "a", id=prepared.id, managed=True)
     assert (w.id, w.status, w.managed) == ("w-d1", IDLE, True)
     assert len(await registry.ask(ListWorkers(NS))) == 1
+
+
+@pytest.mark.parametrize("placed_first", [True, False])
+async def test_where_a_provider_placed_a_daemon_is_kept_on_its_row(
+    registry: ActorRef[WorkerMsg], store: InMemoryStore, placed_first: bool
+) -> None:
+    [prepared] = await registry.ask(Prepare(NS, [starting("d1", "a")]))
+    where = {"host": "gpu1", "pid": "4242"}
+    if placed_first:
+        await registry.ask(Placed(NS, prepared.id, where))
+    await register(registry, "d1", "a", id=prepared.id, managed=True)
+    if not placed_first:
+        await registry.ask(Placed(NS, prepared.id, where))
+    [row] = await registry.ask(ListWorkers(NS))
+    assert (row.status, row.placement) == (IDLE, where)
+    assert (await store.list_workers())[0].placement == where
+    assert await registry.ask(Placed("other-ns", prepared.id, {})) is None
 
 
 @pytest.mark.parametrize(("name", "queues"), [("Bad_Name", []), ("d1", ["Bad_Queue"])])

@@ -130,7 +130,7 @@ async def test_providers_add_ls_show_rm(cli):
     added = await cli("providers", "add", "my-cpu", "--kind", "local", "--config", "zone=a")
     assert "my-cpu" in added.stdout and '{"zone":"a"}' in added.stdout
     listed = rows((await cli("providers", "ls")).stdout)
-    assert listed[0] == ["NAME", "KIND", "CONFIG", "CREATED_AT"]
+    assert listed[0] == ["NAME", "KIND", "CONFIG", "LABELS", "CREATED_AT"]
     assert [r[:2] for r in listed[1:]] == [["local", "local"], ["my-cpu", "local"]]
     body = json.loads((await cli("providers", "show", "my-cpu", "-o", "json")).stdout)
     assert body["config"] == {"zone": "a"}
@@ -139,6 +139,22 @@ async def test_providers_add_ls_show_rm(cli):
     assert "built in" in refused.stderr
     bad = await cli("providers", "add", "x", "--kind", "local", "--config", "novalue", expect=2)
     assert "KEY=VALUE" in bad.stderr
+
+
+async def test_provider_settings_take_lists_and_mappings_and_patch_replaces_them(cli):
+    await cli(
+        "providers", "add", "gpu", "--kind", "local", "--label", "team=ml",
+        "--config", "hosts=[gpu1, gpu2]", "--config", "env={A: b}", "--config", "port=22",
+    )  # fmt: skip
+    body = json.loads((await cli("providers", "show", "gpu", "-o", "json")).stdout)
+    assert body["config"] == {"hosts": ["gpu1", "gpu2"], "env": {"A": "b"}, "port": "22"}
+    assert body["labels"] == {"team": "ml"}
+    await cli("providers", "patch", "gpu", "--config", "hosts=[gpu3]")
+    body = json.loads((await cli("providers", "show", "gpu", "-o", "json")).stdout)
+    assert (body["config"], body["labels"]) == ({"hosts": ["gpu3"]}, {"team": "ml"})
+    bad = await cli("providers", "patch", "gpu", "--config", "hosts=[gpu1", expect=2)
+    assert "hosts=[gpu1" in bad.stderr and "[a, b]" in bad.stderr
+    assert "nothing to change" in (await cli("providers", "patch", "gpu", expect=2)).stderr
 
 
 async def test_providers_create_an_unknown_namespace(cli, control_plane):

@@ -194,6 +194,25 @@ async def test_patch_in_place(api):
     assert status == 200 and body["max_depth"] is None
 
 
+async def test_labels_are_set_at_creation_replaced_by_patch_and_kept_over_a_restart(
+    plane_factory,
+):
+    handle = await plane_factory()
+    async with handle.client() as api:
+        body = {"name": "prep", "labels": {"lakeshore.io/project": "demo"}}
+        status, row = await api.post(Q, body)
+        assert (status, row["labels"]) == (201, {"lakeshore.io/project": "demo"})
+        assert (await api.get(Q))[1]["queues"][-1]["labels"] == row["labels"]
+        status, row = await api.patch(Q + "/prep", {"labels": {"team": "ml"}})
+        assert (status, row["labels"]) == (200, {"team": "ml"})
+        status, answer = await api.patch(Q + "/prep", {"labels": {"": "x"}})
+        assert status == 400, answer
+    await handle.stop()
+    again = await plane_factory(data_dir=handle.data_dir)
+    async with again.client() as api:
+        assert (await api.get(Q + "/prep"))[1]["labels"] == {"team": "ml"}
+
+
 async def test_patch_cannot_change_the_queue_kind(api):
     await api.post(Q, {"name": "q"})
     status, body = await api.patch(Q + "/q", {"kind": "priority"})

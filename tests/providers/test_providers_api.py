@@ -80,3 +80,41 @@ async def test_provider_routes_create_an_unknown_namespace_in_the_callers_org(ap
 async def test_queue_routes_still_answer_404_for_an_unknown_namespace(api):
     assert (await api.get("/v1/namespaces/nowhere/queues"))[0] == 404
     assert (await api.get("/v1/namespaces/nowhere"))[0] == 404
+
+
+async def test_a_providers_config_and_labels_are_replaced_by_patch_and_kept(
+    plane_factory,
+):
+    handle = await plane_factory()
+    async with handle.client() as api:
+        body = {"name": "cpu", "kind": "local", "config": {"a": "1"}, "labels": {"team": "ml"}}
+        status, row = await api.post(P, body)
+        assert (status, row["labels"]) == (201, {"team": "ml"})
+        status, row = await api.patch(f"{P}/cpu", {"config": {"b": [1, 2]}})
+        assert status == 200, row
+        assert (row["config"], row["labels"]) == ({"b": [1, 2]}, {"team": "ml"})
+        status, row = await api.patch(f"{P}/cpu", {"labels": {}})
+        assert (status, row["config"], row["labels"]) == (200, {"b": [1, 2]}, {})
+    await handle.stop()
+    again = await plane_factory(data_dir=handle.data_dir)
+    async with again.client() as api:
+        assert (await api.get(f"{P}/cpu"))[1] == row
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "status", "code"),
+    [
+        ("cpu", {"kind": "external"}, 400, "immutable_field"),
+        ("cpu", {"name": "gpu"}, 400, "immutable_field"),
+        ("cpu", {"colour": "red"}, 400, "invalid"),
+        ("cpu", {"labels": {"": "x"}}, 400, "invalid"),
+        ("local", {"config": {}}, 409, "conflict"),
+        ("nobody", {"config": {}}, 404, "not_found"),
+    ],
+)
+async def test_bad_provider_patches_are_refused_and_change_nothing(api, name, body, status, code):
+    assert (await api.post(P, {"name": "cpu", "kind": "local", "config": {"a": "1"}}))[0] == 201
+    before = (await api.get(f"{P}/cpu"))[1]
+    answer = await api.patch(f"{P}/{name}", body)
+    assert (answer[0], answer[1]["error"]["code"]) == (status, code), answer
+    assert (await api.get(f"{P}/cpu"))[1] == before
