@@ -119,7 +119,8 @@ async def check_provider(store: ProviderRows, namespace: str, e: Elasticity) -> 
     if row is None:
         raise Invalid(
             f"elasticity provider {e.provider!r} does not exist in namespace {namespace!r}; "
-            f"add it with `lakeshore providers add {e.provider} --kind local -n {namespace}` "
+            f"add it with `lakeshore providers add {e.provider} --kind local|ssh|slurm "
+            f"-n {namespace}` "
             f"(list them with `lakeshore providers ls -n {namespace}`), or use the built-in "
             f"{BUILTIN_PROVIDER!r}"
         )
@@ -127,7 +128,8 @@ async def check_provider(store: ProviderRows, namespace: str, e: Elasticity) -> 
         raise Invalid(
             f"elasticity kind {e.kind.value!r} needs a provider the controller can launch "
             f"daemons on, but {e.provider!r} is external (its daemons are started by hand "
-            "with `lakeshore daemon run`); use a local provider, or keep elasticity fixed"
+            "with `lakeshore daemon run`); use a local, ssh or slurm provider, or keep "
+            "elasticity fixed"
         )
 
 
