@@ -46,6 +46,7 @@ from lakeshore.model import (
     Worker,
     WorkerStatus,
     check_depth,
+    daemon_names,
     now,
     validate_name,
 )
@@ -273,19 +274,6 @@ class Launcher(Actor[LauncherMsg]):
             raise NotFound(f"no provider {name!r} in namespace {ns!r}")
         log.info("provider %s removed from %s", name, ns)
         return row
-
-
-def daemon_names(name: str, count: int) -> list[str]:
-    """``[name]`` for one daemon, else ``name-00`` … (two digits: at most 100).
-
-    Raises:
-        InvalidName: ``name``, or a name made from it, is not a valid worker name.
-    """
-    validate_name("worker", name)
-    names = [name] if count == 1 else [f"{name}-{i:02d}" for i in range(count)]
-    for n in names:
-        validate_name("worker", n)
-    return names
 
 
 def launch_queues(queues: list[str]) -> list[str]:

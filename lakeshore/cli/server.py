@@ -70,6 +70,8 @@ def server(**flags: object) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # asyncssh logs every connection and command at INFO; the ssh provider logs its own.
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)
     # Every file the server writes (store, WAL, logs, NATS store) is its user's alone.
     os.umask(0o077)
     try:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from aiohttp import web
 from msgspec import Struct
 
+from lakeshore.errors import Forbidden
 from lakeshore.http.auth import caller
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import ACCESS, FLEET
-from lakeshore.model import Namespace, Provider, ProviderCreate, ProviderPatch
+from lakeshore.model import Namespace, Provider, ProviderCreate, ProviderKind, ProviderPatch
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/providers"
@@ -19,8 +20,28 @@ class ProviderList(Struct, frozen=True):
     providers: list[Provider]
 
 
+#: Kinds whose daemons the control plane starts on other machines with its own SSH keys
+#: or Slurm account: a tenant's token could otherwise reach any host those open.
+_ADMIN_KINDS = frozenset({ProviderKind.SSH, ProviderKind.SLURM})
+
+
 async def _namespace(request: web.Request) -> Namespace:
     return await request.app[ACCESS].namespace_or_create(caller(request), request.match_info["ns"])
+
+
+def _check_may_configure(request: web.Request, kind: ProviderKind) -> None:
+    """Only an admin token adds or changes an ``ssh`` or ``slurm`` provider.
+
+    Raises:
+        Forbidden: a namespace's token asked.
+    """
+    if kind in _ADMIN_KINDS and caller(request).org is not None:
+        raise Forbidden(
+            f"only an admin token may add or change a provider of kind {kind.value!r}: its "
+            "daemons are started on other machines with the control plane's own SSH keys or "
+            "Slurm account. Ask an admin (the token `lakeshore server` printed) to add it; "
+            "your tokens can then launch daemons on it"
+        )
 
 
 @routes.route(
@@ -34,6 +55,7 @@ async def _namespace(request: web.Request) -> Namespace:
 async def create(request: web.Request) -> web.Response:
     ns = await _namespace(request)
     body = await decode_body(request, ProviderCreate)
+    _check_may_configure(request, body.kind)
     return reply(await request.app[FLEET].add_provider(ns.name, body), status=201)
 
 
@@ -59,7 +81,9 @@ async def show(request: web.Request) -> web.Response:
 async def patch(request: web.Request) -> web.Response:
     ns = await _namespace(request)
     body = await decode_body(request, ProviderPatch)
-    return reply(await request.app[FLEET].patch_provider(ns.name, request.match_info["name"], body))
+    fleet = request.app[FLEET]
+    _check_may_configure(request, (await fleet.provider(ns, request.match_info["name"])).kind)
+    return reply(await fleet.patch_provider(ns.name, request.match_info["name"], body))
 
 
 @routes.route(

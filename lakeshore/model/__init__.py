@@ -67,6 +67,7 @@ from lakeshore.model.providers import (
     ProviderCreate,
     ProviderKind,
     ProviderPatch,
+    daemon_names,
 )
 from lakeshore.model.queues import (
     Elasticity,
@@ -154,6 +155,7 @@ __all__ = [
     "Provider",
     "ProviderCreate",
     "ProviderPatch",
+    "daemon_names",
     "ProviderKind",
     "Token",
     "TokenCreate",

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from lakeshore.model.names import MAX_ENTRIES, Labels
+from lakeshore.model.names import MAX_ENTRIES, Labels, validate_name
 from lakeshore.model.workers import Worker
 
 #: The provider every namespace has without creating it (not stored, cannot be deleted).
@@ -76,3 +76,16 @@ class Launched(Struct, frozen=True, kw_only=True):
     """The rows of the daemons just launched (status ``starting``)."""
 
     workers: list[Worker]
+
+
+def daemon_names(name: str, count: int) -> list[str]:
+    """``[name]`` for one daemon, else ``name-00`` … (two digits: at most 100).
+
+    Raises:
+        InvalidName: ``name``, or a name made from it, is not a valid worker name.
+    """
+    validate_name("worker", name)
+    names = [name] if count == 1 else [f"{name}-{i:02d}" for i in range(count)]
+    for n in names:
+        validate_name("worker", n)
+    return names

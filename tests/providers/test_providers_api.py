@@ -118,3 +118,21 @@ async def test_bad_provider_patches_are_refused_and_change_nothing(api, name, bo
     answer = await api.patch(f"{P}/{name}", body)
     assert (answer[0], answer[1]["error"]["code"]) == (status, code), answer
     assert (await api.get(f"{P}/cpu"))[1] == before
+
+
+@pytest.mark.parametrize("kind", ["ssh", "slurm"])
+async def test_only_an_admin_token_adds_or_changes_a_provider_that_reaches_other_machines(
+    control_plane, api, kind
+):
+    config = {"hosts": ["gpu1"]} if kind == "ssh" else {"partition": "gpu"}
+    status, made = await api.post("/v1/namespaces/default/tokens", {"description": "team"})
+    assert status == 201, made
+    async with control_plane.client(made["token"]) as tenant:
+        status, answer = await tenant.post(P, {"name": "gpu", "kind": kind, "config": config})
+        assert (status, answer["error"]["code"]) == (403, "forbidden")
+        assert "admin token" in answer["error"]["message"]
+        assert (await tenant.get(f"{P}/gpu"))[0] == 404
+        assert (await api.post(P, {"name": "gpu", "kind": kind, "config": config}))[0] == 201
+        status, answer = await tenant.patch(f"{P}/gpu", {"labels": {"a": "b"}})
+        assert (status, answer["error"]["code"]) == (403, "forbidden")
+        assert (await tenant.post(P, {"name": "cpu", "kind": "local"}))[0] == 201
