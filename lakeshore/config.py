@@ -66,6 +66,10 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """A daemon silent this long is marked lost, in seconds."""
     heartbeat_s: Seconds = 1.0
     """How often daemons report, in seconds."""
+    launch_timeout_s: Seconds = 120.0
+    """A launched daemon not registered this long after its provider started it is marked
+    lost, in seconds (one its provider still holds in a queue, e.g. a pending Slurm job, is
+    not timed until it leaves the queue)."""
     max_surge: Annotated[int, Meta(ge=1, le=100)] = 4
     """Most daemons the controller launches per queue (or pool) per tick (at most 100, the
     most one launch may start)."""

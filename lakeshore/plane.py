@@ -143,7 +143,12 @@ class ControlPlane:
         stack.push_async_callback(runtime.shutdown)
         recorder = await runtime.spawn(Recorder(store, events, faults=faults))
         workers = await runtime.spawn(
-            WorkerRegistry(store, lost_after_s=settings.lost_after_s, quotas=settings.quotas)
+            WorkerRegistry(
+                store,
+                lost_after_s=settings.lost_after_s,
+                launch_timeout_s=settings.launch_timeout_s,
+                quotas=settings.quotas,
+            )
         )
         runtime.every(settings.heartbeat_s, workers, Sweep())
         on_exit, on_placed = exit_reporter(workers), placement_reporter(workers)

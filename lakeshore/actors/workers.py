@@ -39,6 +39,7 @@ from lakeshore.model import (
     Worker,
     WorkerRegister,
     WorkerStatus,
+    is_queued,
     now,
     serves,
     validate_name,
@@ -196,6 +197,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._clock = clock
         self._lost_after = timedelta(seconds=lost_after_s)
         self._launch_timeout = timedelta(seconds=launch_timeout_s)
+        #: worker id -> when its launch timeout started, if not at ``started_at``: when its
+        #: provider let it out of a queue, or when this registry started
+        self._launch_clock: dict[str, datetime] = {}
         self._persist_every = timedelta(seconds=persist_every_s)
         self._rows: dict[str, Worker] = {}
         #: workers whose row in memory is newer than the stored one by liveness alone
@@ -215,6 +219,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._unsaved &= rows.keys()
         self._rows = rows
         self._retiring = {w.id for w in self._rows.values() if w.status is WorkerStatus.RETIRING}
+        # A launch in flight across a restart gets a full launch timeout from now.
+        ts = self._clock()
+        self._launch_clock = {
+            w.id: ts for w in self._rows.values() if w.status is WorkerStatus.STARTING
+        }
 
     async def stopped(self) -> None:
         # A restart of the control plane finds the heartbeat times as they were at its stop.
@@ -256,6 +265,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
                     return None
                 if w.placement == placement:
                     return w
+                if is_queued(w.placement) and not is_queued(placement):
+                    self._launch_clock[wid] = self._clock()
                 new = msgspec.structs.replace(w, placement=placement)
                 await self._save(new)
                 return new
@@ -299,6 +310,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             placement=existing.placement if existing else {},
         )
         await self._save(worker)
+        self._launch_clock.pop(worker.id, None)
         log.info("worker %s (%s) registered in %s", worker.name, worker.id, worker.namespace)
         return worker
 
@@ -344,7 +356,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             w
             for w in self._rows.values()
             if (
-                ts - w.started_at > self._launch_timeout
+                self._launch_overdue(w, ts)
                 if w.status is WorkerStatus.STARTING
                 else self._overdue(w, ts)
             )
@@ -357,6 +369,13 @@ class WorkerRegistry(Actor[WorkerMsg]):
             self._rows[w.id] = w
             self._unsaved.discard(w.id)
         return lost
+
+    def _launch_overdue(self, w: Worker, ts: datetime) -> bool:
+        """A launched daemon not registered within the launch timeout, counted from its
+        start, or from when its provider let it out of a queue (not while it is in one)."""
+        if is_queued(w.placement):
+            return False
+        return ts - self._launch_clock.get(w.id, w.started_at) > self._launch_timeout
 
     def _overdue(self, w: Worker, ts: datetime) -> bool:
         """A live worker silent for longer than ``lost_after_s`` at ``ts``."""

@@ -166,15 +166,24 @@ def launch(
 @daemon.command("stop")
 @click.argument("ref", metavar="DAEMON")
 @click.option("--wait", is_flag=True, help="Return once the daemon has stopped.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Have its provider stop the process now (SIGTERM, SIGKILL after a bound; Slurm: "
+    "scancel), for a daemon that does not answer.",
+)
 @_TIMEOUT
-def stop(ref: str, wait: bool, timeout_s: float) -> None:
-    """Retire a daemon: it finishes its current run, then exits."""
+def stop(ref: str, wait: bool, force: bool, timeout_s: float) -> None:
+    """Retire a daemon: it finishes its current run, then exits.
+
+    A daemon still starting (a queued Slurm job, say) is stopped where it waits.
+    """
     if not wait:
-        run(lambda c: c.worker_retire(ref), output.worker)
+        run(lambda c: c.worker_retire(ref, force=force), output.worker)
         return
 
     async def go(client: Client, fmt: str) -> None:
-        call = client.worker_retire(ref)
+        call = client.worker_retire(ref, force=force)
         raw = await call.body()
         output.emit(fmt, raw, lambda: output.worker(call.decode(raw)))
         await wait_stopped(client, call.decode(raw), timeout_s)

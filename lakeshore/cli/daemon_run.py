@@ -136,8 +136,11 @@ def run(
             drain_timeout_s=drain_timeout_s,
         )
         stop = asyncio.Event()
-        # The runs inherit the daemon's environment, but not its NATS credential.
-        environ = {k: v for k, v in os.environ.items() if k not in (CREDENTIAL_ENV, CA_ENV)}
+        # Neither the runs (commands: their environment; functions: this process's) nor
+        # anything they start may read the daemon's NATS credential.
+        for secret in (CREDENTIAL_ENV, CA_ENV):
+            os.environ.pop(secret, None)
+        environ = dict(os.environ)
         code = asyncio.run(run_daemon(settings, stop, environ=environ, handle_signals=True))
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from lakeshore.cli.compose import compose
 from lakeshore.cli.context import LakeshoreGroup
 from lakeshore.cli.controller import controller
 from lakeshore.cli.daemon import daemon
@@ -53,6 +54,7 @@ def lakeshore() -> None:
 
 for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers, controller, nats):
     lakeshore.add_command(_group)
+lakeshore.add_command(compose)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from msgspec import Struct
 
+from lakeshore.http import query
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import FLEET
@@ -49,10 +50,14 @@ async def edit_queues(request: web.Request) -> web.Response:
 @routes.route(
     "DELETE",
     BASE + "/{id}",
-    "Retire a worker: it finishes its current run, then exits",
+    "Retire a worker: it finishes its current run, then exits (?force=true: its provider "
+    "stops its process or job now)",
     answer=Worker,
     status=202,
+    query=("force",),
 )
 async def retire(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    return reply(await request.app[FLEET].retire(ns.name, request.match_info["id"]), status=202)
+    force = query.flag(request, "force")
+    worker = await request.app[FLEET].retire(ns.name, request.match_info["id"], force=force)
+    return reply(worker, status=202)

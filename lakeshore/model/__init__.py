@@ -85,16 +85,20 @@ from lakeshore.model.queues import (
     levels_of,
 )
 from lakeshore.model.workers import (
+    QUEUED,
     Member,
     MembershipEdit,
     Worker,
     WorkerEdited,
     WorkerRegister,
     WorkerStatus,
+    is_queued,
     serves,
 )
 
 __all__ = [
+    "QUEUED",
+    "is_queued",
     "MAX_BATCH",
     "TERMINAL_STATES",
     "Attempt",

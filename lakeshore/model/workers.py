@@ -10,6 +10,15 @@ from msgspec import Meta, Struct
 
 from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES
 
+#: The placement key of a daemon its provider still holds in a queue (a pending Slurm
+#: job), set to ``"true"``: the registry does not time its launch until it is gone.
+QUEUED = "queued"
+
+
+def is_queued(placement: dict[str, str]) -> bool:
+    """Whether a placement says the provider still holds the daemon in a queue."""
+    return placement.get(QUEUED) == "true"
+
 
 class WorkerStatus(StrEnum):
     #: launched, not yet heartbeating
@@ -52,7 +61,9 @@ class Worker(Struct, frozen=True, kw_only=True):
     last_heartbeat: datetime | None = None
     started_at: datetime
     #: where its provider runs it, e.g. ``{"host": "gpu1", "pid": "4242"}`` (ssh) or
-    #: ``{"slurm_job": "17"}`` (slurm); how the provider finds it again to stop it
+    #: ``{"slurm_job": "17"}`` (slurm); how the provider finds it again to stop it.
+    #: ``"queued": "true"`` (:data:`QUEUED`): its provider still holds it in a queue, so its
+    #: launch timeout has not started
     placement: dict[str, str] = {}
 
 

@@ -37,9 +37,13 @@ class FleetRoutes(Transport):
         """One worker, by id or name."""
         return Call(self, Worker, "GET", self._ns(namespace, "workers", ref))
 
-    def worker_retire(self, ref: str, *, namespace: str | None = None) -> Call[Worker]:
-        """Retire a worker: it finishes its current run, then exits."""
-        return Call(self, Worker, "DELETE", self._ns(namespace, "workers", ref))
+    def worker_retire(
+        self, ref: str, *, force: bool = False, namespace: str | None = None
+    ) -> Call[Worker]:
+        """Retire a worker: it finishes its current run, then exits; ``force``: its
+        provider stops its process or job now (SIGTERM then SIGKILL, ``scancel``)."""
+        params: dict[str, str | int] | None = {"force": "true"} if force else None
+        return Call(self, Worker, "DELETE", self._ns(namespace, "workers", ref), params=params)
 
     def worker_queues(
         self,

@@ -7,6 +7,7 @@ its control subject) when an order must reach it before its next heartbeat.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import msgspec
@@ -14,10 +15,16 @@ import msgspec
 from lakeshore.access import Caller
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import Status
-from lakeshore.actors.launcher import AddProvider, LaunchDaemons, PatchProvider, RemoveProvider
+from lakeshore.actors.launcher import (
+    AddProvider,
+    LaunchDaemons,
+    PatchProvider,
+    RemoveProvider,
+    StopDaemon,
+)
 from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker, new_worker_id
 from lakeshore.bus.port import Bus
-from lakeshore.errors import WorkerNotFound
+from lakeshore.errors import Conflict, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
     BusAccess,
@@ -38,6 +45,7 @@ from lakeshore.model import (
     Worker,
     WorkerEdited,
     WorkerRegister,
+    WorkerStatus,
     validate_name,
 )
 from lakeshore.providers import find_provider, list_providers
@@ -105,10 +113,26 @@ class FleetService:
         ]
         return WorkerEdited(**msgspec.structs.asdict(worker), warnings=warnings)
 
-    async def retire(self, namespace: str, ref: str) -> Worker:
+    async def retire(self, namespace: str, ref: str, *, force: bool = False) -> Worker:
         """Have a worker finish its current run, then exit (told at once, and again in its
-        heartbeat replies)."""
+        heartbeat replies).
+
+        A daemon that has not registered yet (``starting``: a Slurm job still queued, a
+        host still starting it) has its provider stop it where it waits. ``force`` has the
+        provider stop the process or job now (SIGTERM, then SIGKILL; ``scancel``), for a
+        daemon that does not answer.
+
+        Raises:
+            Conflict: ``force``, and no provider of this control plane runs the daemon
+                (started by hand); nothing was changed.
+        """
+        if force:
+            await self._launcher.ask(StopDaemon(namespace, ref))
         worker = await self._workers.ask(RetireWorker(namespace, ref))
+        if not force and worker.status is WorkerStatus.RETIRING and worker.last_heartbeat is None:
+            # Never heard from: nothing to tell over NATS yet, its provider holds it.
+            with contextlib.suppress(Conflict):
+                await self._launcher.ask(StopDaemon(namespace, worker.id))
         await self._bus.send_control(namespace, worker.id, DaemonControl(retire=True))
         return worker
 

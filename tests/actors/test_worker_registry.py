@@ -28,6 +28,7 @@ from lakeshore.actors.workers import (
 from lakeshore.errors import AlreadyExists, Internal, Invalid, InvalidName, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    QUEUED,
     Heartbeat,
     HeartbeatReply,
     StealGrant,
@@ -38,7 +39,7 @@ from lakeshore.model import (
 )
 from lakeshore.store.memory import InMemoryStore
 
-from .support import NS, WALL, ago, fail_once, queue_events
+from .support import NS, WALL, Wall, ago, fail_once, queue_events
 
 IDLE, BUSY, LOST = WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.LOST
 STOPPED, RETIRING, STARTING = WorkerStatus.STOPPED, WorkerStatus.RETIRING, WorkerStatus.STARTING
@@ -448,6 +449,22 @@ async def test_a_launch_that_never_registers_is_lost_after_the_launch_timeout(
     await registry.ask(Prepare(NS, [slow, young]))
     assert [w.id for w in await registry.ask(Sweep())] == [slow.id]
     assert (await row(registry, young.id)).status is STARTING
+
+
+async def test_a_launch_its_provider_holds_in_a_queue_is_timed_from_when_it_leaves_it(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    clock = Wall()
+    registry = await runtime.spawn(WorkerRegistry(store, launch_timeout_s=120.0, clock=clock))
+    pending = starting("pending", "a", started_s_ago=600)
+    await registry.ask(Prepare(NS, [pending]))
+    await registry.ask(Placed(NS, pending.id, {"slurm_job": "7", QUEUED: "true"}))
+    assert await registry.ask(Sweep()) == []
+    await registry.ask(Placed(NS, pending.id, {"slurm_job": "7", "node": "n1"}))
+    clock.offset_s = 119
+    assert await registry.ask(Sweep()) == []
+    clock.offset_s = 121
+    assert [w.id for w in await registry.ask(Sweep())] == [pending.id]
 
 
 async def test_mark_worker_lost_judges_again_by_the_registrys_clock(

@@ -39,7 +39,8 @@ def test_the_cli_table_lists_every_group_with_exactly_its_verbs() -> None:
             groups[name] = set(command.list_commands(ctx))
     assert _table_verbs() == groups
     assert groups["daemon"] == {"launch", "list", "run", "show", "stop", "update"}
-    assert groups["providers"] == {"add", "ls", "rm", "show"}
+    assert groups["providers"] == {"add", "ls", "patch", "rm", "show"}
+    assert groups["compose"] == {"diff", "down", "schema", "up"}
 
 
 def test_the_set_up_says_how_to_pick_another_nats_port() -> None:

@@ -116,6 +116,19 @@ async def test_a_daemon_gets_its_own_credential_in_its_environment_not_its_comma
     assert row["id"] in argv and not any(credential in arg for arg in argv)
     log = plane.data_dir / "daemons" / "default" / "keeper.log"
     assert credential not in log.read_text()
+    # What it runs cannot read it: neither a function (in the daemon's process) …
+    body = {"fn": "os:getenv", "args": [CREDENTIAL_ENV, "unset"]}
+    status, answer = await api.post(f"{NS}/queues/default/invocations", body)
+    assert status == 202, answer
+    [inv] = answer["ids"]
+    status, answer = await api.get(f"{NS}/jobs/{inv}/result?wait_s={WAIT_S}")
+    assert (status, answer["value"]) == (200, "unset"), answer
+    # … nor a command (in its own environment).
+    body = {"command": ["sh", "-c", f"echo ${{{CREDENTIAL_ENV}:-unset}}"]}
+    status, answer = await api.post(f"{NS}/queues/default/invocations", body)
+    [inv] = answer["ids"]
+    status, answer = await api.get(f"{NS}/jobs/{inv}/result?wait_s={WAIT_S}")
+    assert (status, answer["output"].strip()) == (200, "unset"), answer
 
 
 async def test_one_daemon_keeps_its_name_and_the_default_queue(api, heartbeats):
