@@ -12,6 +12,7 @@ from pathlib import Path
 
 import natsauth
 import pytest
+from polling import eventually
 
 from lakeshore.actors.launcher import StopDaemon
 from lakeshore.actors.workers import ListWorkers
@@ -245,3 +246,24 @@ async def test_the_local_daemons_stop_with_the_control_plane(plane_factory, hear
         ("short-00", "stopped"),
         ("short-01", "stopped"),
     }
+
+
+async def test_stop_force_stops_a_local_daemon_now_and_refuses_one_started_by_hand(
+    api, plane, register
+):
+    _, body = await api.post(f"{NS}/daemons", {"name": "stuck"})
+    [row] = body["workers"]
+    status, answer = await api.delete(f"{NS}/workers/stuck?force=true")
+    assert status == 202, answer
+    await eventually(
+        lambda: api.get(f"{NS}/workers/stuck"),
+        until=lambda answer: answer[1]["status"] == "stopped",
+        timeout_s=WAIT_S,
+        what="stuck stopped",
+    )
+    assert local(plane).pid(row["id"]) is None
+
+    hand = await register("by-hand", status=WorkerStatus.IDLE)
+    status, answer = await api.delete(f"{NS}/workers/by-hand?force=true")
+    assert (status, answer["error"]["code"]) == (409, "conflict"), answer
+    assert (await api.get(f"{NS}/workers/{hand.id}"))[1]["status"] == "idle"

@@ -375,3 +375,47 @@ async def test_a_bad_config_is_refused_when_the_provider_is_added(api, config, s
     assert (status, answer["error"]["code"]) == (400, "invalid"), answer
     assert says in answer["error"]["message"]
     assert [p["name"] for p in (await api.get(f"{BASE}/providers"))[1]["providers"]] == ["local"]
+
+
+async def test_a_queued_job_is_not_timed_out_and_daemon_stop_scancels_it_where_it_waits(
+    plane_factory, slurm, tmp_path
+):
+    handle = await plane_factory(**PLANE, launch_timeout_s=1)
+    async with handle.client() as api:
+        bench = Bench(handle, api, slurm, tmp_path / "gate")
+        # Held in the Slurm queue for an hour: the daemon cannot register meanwhile.
+        await bench.provider(extra_args=["--begin=now+3600"])
+        row = await bench.launch("waiting", ["q"])
+        queued = await eventually(
+            lambda: bench.worker(row.id),
+            until=lambda w: w.placement.get("slurm_state") == "PENDING",
+            timeout_s=WAIT_S,
+            what="the job seen pending",
+        )
+        assert queued.placement["queued"] == "true"
+        job_id = queued.placement["slurm_job"]
+        # Three times the launch timeout later, still starting: Slurm holds it, not a fault.
+        await eventually(
+            lambda: bench.worker(row.id),
+            until=lambda w: (now() - w.started_at).total_seconds() > 3,
+            timeout_s=WAIT_S,
+        )
+        assert (await bench.worker(row.id)).status is WorkerStatus.STARTING
+
+        status, retired = await api.delete(f"{BASE}/workers/waiting")
+        assert (status, retired["status"]) == (202, "retiring"), retired
+        await bench.job_ends(job_id)
+        stopped = await bench.wait_worker(row.id, GONE)
+        assert stopped.status is WorkerStatus.STOPPED
+        await handle.stop()
+
+
+async def test_daemon_stop_force_scancels_a_running_job(bench):
+    await bench.provider()
+    row = await bench.launch("forced", ["q"])
+    await bench.wait_worker(row.id, UP)
+    job_id = (await bench.wait_placed(row.id)).placement["slurm_job"]
+    status, answer = await bench.api.delete(f"{BASE}/workers/forced?force=true")
+    assert status == 202, answer
+    await bench.job_ends(job_id)
+    assert (await bench.wait_worker(row.id, GONE)).status is WorkerStatus.STOPPED
