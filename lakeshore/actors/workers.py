@@ -171,6 +171,14 @@ _LIVE = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY, WorkerStatus.RETIRING})
 _DEAD = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 
+def _unheard(w: Worker) -> bool:
+    """Launched and never heard from: still starting, or retired before it registered
+    (its provider stops it where it waits); the launch timeout judges it, not heartbeats."""
+    return w.status is WorkerStatus.STARTING or (
+        w.status is WorkerStatus.RETIRING and w.last_heartbeat is None
+    )
+
+
 def is_member(worker: Worker, queue: str) -> bool:
     """A member pulls from the queue and has not stopped (lost workers may come back)."""
     return worker.status is not WorkerStatus.STOPPED and serves(worker, queue)
@@ -355,11 +363,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         overdue = [
             w
             for w in self._rows.values()
-            if (
-                self._launch_overdue(w, ts)
-                if w.status is WorkerStatus.STARTING
-                else self._overdue(w, ts)
-            )
+            if (self._launch_overdue(w, ts) if _unheard(w) else self._overdue(w, ts))
         ]
         lost = [await self._explain_loss(w, {}) for w in overdue]
         if lost:

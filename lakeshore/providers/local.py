@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lakeshore.model import DaemonAccess, Provider, Worker, now
+from lakeshore.providers import exits
 from lakeshore.providers.base import AccessFor, ExitCallback
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,6 @@ CREDENTIAL_ENV = "LAKESHORE_NATS_CREDENTIAL"
 CA_ENV = "LAKESHORE_NATS_CA"
 #: ``lakeshore daemon run`` with this very interpreter (and so this very lakeshore).
 DAEMON_COMMAND = (sys.executable, "-m", "lakeshore", "daemon", "run")
-#: How much of the end of a daemon's log is quoted when it exits unexpectedly.
-_TAIL_BYTES = 2048
-_TAIL_LINES = 3
 
 
 def daemon_argv(
@@ -150,7 +147,8 @@ class LocalProvider:
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 with os.fdopen(fd, "ab") as out:
-                    out.write(f"--- {now().isoformat()} launched: {' '.join(argv)}\n".encode())
+                    header = f"{exits.HEADER_PREFIX}{now().isoformat()} launched: {' '.join(argv)}"
+                    out.write(f"{header}\n".encode())
                     out.flush()
                     proc = await asyncio.create_subprocess_exec(
                         *argv,
@@ -204,11 +202,11 @@ class LocalProvider:
             child.kill_timer.cancel()
         self._children.pop(child.worker.id, None)
         w = child.worker
-        reason = _describe(code)
+        reason = exits.describe(code)
         if child.stopping or code == 0:
             log.info("daemon %s (%s) ended: %s", w.name, w.id, reason)
         else:
-            tail = _tail(child.log_path)
+            tail = exits.tail(child.log_path)
             reason += f"; last output: {tail}" if tail else ""
             log.warning("daemon %s (%s) %s (log: %s)", w.name, w.id, reason, child.log_path)
         self._on_exit(w, code, reason, child.stopping)
@@ -226,26 +224,3 @@ def _kill(child: _Child) -> None:
         log.warning("daemon %s (%s) did not stop in time; killing it", w.name, w.id)
         with contextlib.suppress(ProcessLookupError):
             child.proc.kill()
-
-
-def _describe(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _tail(path: Path) -> str:
-    """The last few non-empty lines of a log, joined with `` | `` (empty if unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    # The launch header lines are ours, not the daemon's.
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("--- ")]
-    return " | ".join(lines[-_TAIL_LINES:])

@@ -30,6 +30,7 @@ from typing import Any
 
 from lakeshore.errors import Unavailable
 from lakeshore.model import QUEUED, DaemonAccess, Provider, Worker
+from lakeshore.providers import exits
 from lakeshore.providers import slurm_commands as commands
 from lakeshore.providers.base import AccessFor, ExitCallback, PlacedCallback
 from lakeshore.providers.local import daemon_argv, daemon_env
@@ -301,11 +302,11 @@ class SlurmProvider:
         else:
             code, reason = seen.returncode(), f"slurm job {job.job_id} {seen.state}"
             if seen.state != "COMPLETED" and code is not None:
-                reason += f" ({commands.describe(code)})"
+                reason += f" ({exits.describe(code)})"
         if job.requested or code == 0:
             log.info("daemon %s (%s) ended: %s", w.name, w.id, reason)
         else:
-            tail = commands.tail(job.log_path) if job.log_path else ""
+            tail = exits.tail(job.log_path) if job.log_path else ""
             reason += f"; last output: {tail}" if tail else ""
             log.warning("daemon %s (%s) %s (log: %s)", w.name, w.id, reason, job.log_path)
         self._on_exit(w, code, reason, job.requested)

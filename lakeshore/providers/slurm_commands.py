@@ -8,7 +8,6 @@ import contextlib
 import logging
 import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import NamedTuple
 
 log = logging.getLogger(__name__)
@@ -23,8 +22,6 @@ ENDED = frozenset(
 )  # fmt: skip
 #: ``squeue --Format``: id, state, partition, nodes, wait status; ``|``-separated.
 _FORMAT = "JobID:|,State:|,Partition:|,NodeList:|,exit_code:"
-_TAIL_BYTES = 2048
-_TAIL_LINES = 3
 
 
 class JobState(NamedTuple):
@@ -101,23 +98,6 @@ async def squeue(
     return states
 
 
-def describe(code: int) -> str:
-    return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-
-
 def oneline(text: str) -> str:
     """A command's output on one line (its lines joined with `` | ``)."""
     return " | ".join(line.strip() for line in text.splitlines() if line.strip())
-
-
-def tail(path: Path) -> str:
-    """The last few non-empty lines of a job's output, if this host can read it."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-_TAIL_LINES:])

@@ -467,6 +467,21 @@ async def test_a_launch_its_provider_holds_in_a_queue_is_timed_from_when_it_leav
     assert [w.id for w in await registry.ask(Sweep())] == [pending.id]
 
 
+async def test_a_launch_retired_before_it_registered_is_judged_by_the_launch_timeout(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    registry = await runtime.spawn(
+        WorkerRegistry(store, lost_after_s=10.0, launch_timeout_s=120.0, clock=WALL)
+    )
+    [young] = await registry.ask(Prepare(NS, [starting("young", "a", started_s_ago=60)]))
+    assert (await registry.ask(RetireWorker(NS, "young"))).status is RETIRING
+    assert await registry.ask(Sweep()) == []  # silent for 60 s, but it never registered
+    [old] = await registry.ask(Prepare(NS, [starting("old", "a", started_s_ago=121)]))
+    await registry.ask(RetireWorker(NS, "old"))
+    assert [w.id for w in await registry.ask(Sweep())] == [old.id]
+    assert (await row(registry, young.id)).status is RETIRING
+
+
 async def test_mark_worker_lost_judges_again_by_the_registrys_clock(
     registry: ActorRef[WorkerMsg], store: InMemoryStore
 ) -> None:

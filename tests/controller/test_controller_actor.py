@@ -15,9 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 from click.testing import CliRunner
+from fleet_waits import FleetWaits
 from polling import eventually
 
-from lakeshore.actors.workers import Beat, ListWorkers
+from lakeshore.actors.workers import Beat
 from lakeshore.cli.main import lakeshore
 from lakeshore.controller import POOL_LABEL, QUEUE_LABEL, QueueLoad, Scope
 from lakeshore.controller.status import pending_hint
@@ -44,7 +45,7 @@ UP = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 GONE = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 
-class Bench:
+class Bench(FleetWaits):
     """A control plane ticking every 0.2 s, its HTTP API, and a gate for held jobs."""
 
     def __init__(self, handle: Any, api: Any, gate: Path) -> None:
@@ -78,41 +79,8 @@ class Bench:
         await self.until(lambda: self.worker_in(row["id"], UP))
         return next(w for w in await self.workers() if w.id == row["id"])
 
-    async def workers(self) -> list[Worker]:
-        return await self.plane.parts.workers.ask(ListWorkers(NS))
-
     async def worker_in(self, worker_id: str, statuses: frozenset[WorkerStatus]) -> bool:
         return any(w.id == worker_id and w.status in statuses for w in await self.workers())
-
-    async def managed(self, queue: str, statuses: frozenset[WorkerStatus] = UP) -> list[Worker]:
-        """Managed daemons launched for ``queue`` (its ``lakeshore.io/queue`` label)."""
-        return [
-            w
-            for w in await self.workers()
-            if w.managed and w.labels.get(QUEUE_LABEL) == queue and w.status in statuses
-        ]
-
-    async def wait_managed(self, queue: str, count: int, statuses=UP) -> list[Worker]:
-        return await eventually(
-            lambda: self.managed(queue, statuses),
-            until=lambda found: len(found) == count,
-            timeout_s=WAIT_S,
-            every_s=0.05,
-            what=f"{count} managed daemons of queue {queue}",
-        )
-
-    async def events(self, queue: str, type_: str) -> list[Any]:
-        rows = await self.plane.parts.store.list_queue_events(NS, queue, limit=500, verbose=True)
-        return [e for e in reversed(rows) if e.type == type_]
-
-    async def wait_events(self, queue: str, type_: str, count: int = 1) -> list[Any]:
-        return await eventually(
-            lambda: self.events(queue, type_),
-            until=lambda found: len(found) >= count,
-            timeout_s=WAIT_S,
-            every_s=0.05,
-            what=f"{count} {type_} events of queue {queue}",
-        )
 
     async def status(self) -> dict[str, Any]:
         status, body = await self.api.get(f"{BASE}/controller")

@@ -25,6 +25,7 @@ BODIES = {
     ("post", "/v1/namespaces/{ns}/daemons"): {"name": "dd", "provider": "p"},
     ("post", "/v1/namespaces/{ns}/daemons/join"): {},
     ("post", "/v1/namespaces/{ns}/providers"): {"name": "p2", "kind": "external"},
+    ("patch", "/v1/namespaces/{ns}/providers/{name}"): {"labels": {"team": "matrix"}},
 }
 
 

@@ -193,6 +193,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.providers_add("x", "local"),
         c.providers_ls(),
         c.providers_show("x"),
+        c.providers_patch("x", labels={}),
         c.providers_rm("x"),
         c.jobs_ls(),
         c.job_show("x"),

@@ -13,12 +13,11 @@ from typing import Any
 
 import natsauth
 import pytest
+from fleet_waits import FleetWaits
 from polling import eventually
 from slurmd import PARTITION, SlurmCluster, free_port
 
 from lakeshore.actors.launcher import StopDaemon
-from lakeshore.actors.workers import ListWorkers
-from lakeshore.controller import QUEUE_LABEL
 from lakeshore.errors import Conflict, Unavailable
 from lakeshore.model import Provider, ProviderKind, Worker, WorkerStatus, now
 from lakeshore.providers.local import CREDENTIAL_ENV
@@ -36,7 +35,7 @@ GONE = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
 PLANE = {"tick_s": 0.2, "heartbeat_s": 0.2, "lost_after_s": 2}
 
 
-class Bench:
+class Bench(FleetWaits):
     """A control plane with a ``slurm`` provider ``hpc`` on the test cluster."""
 
     def __init__(self, handle: Any, api: Any, slurm: SlurmCluster, gate: Path) -> None:
@@ -62,9 +61,6 @@ class Bench:
         assert (row["status"], row["provider"]) == ("starting", provider)
         return await self.worker(row["id"])
 
-    async def workers(self) -> list[Worker]:
-        return await self.plane.parts.workers.ask(ListWorkers(NS))
-
     async def worker(self, worker_id: str) -> Worker:
         return next(w for w in await self.workers() if w.id == worker_id)
 
@@ -82,33 +78,6 @@ class Bench:
             until=lambda w: all(k in w.placement for k in ("slurm_job", *keys)),
             timeout_s=WAIT_S,
             what=f"worker {worker_id} placed with {keys}",
-        )
-
-    async def managed(self, queue: str, statuses: frozenset[WorkerStatus] = UP) -> list[Worker]:
-        return [
-            w
-            for w in await self.workers()
-            if w.managed and w.labels.get(QUEUE_LABEL) == queue and w.status in statuses
-        ]
-
-    async def wait_managed(self, queue: str, count: int, statuses=UP) -> list[Worker]:
-        return await eventually(
-            lambda: self.managed(queue, statuses),
-            until=lambda found: len(found) == count,
-            timeout_s=WAIT_S,
-            what=f"{count} managed daemons of queue {queue} in {sorted(statuses)}",
-        )
-
-    async def events(self, queue: str, type_: str) -> list[Any]:
-        rows = await self.plane.parts.store.list_queue_events(NS, queue, limit=500, verbose=True)
-        return [e for e in reversed(rows) if e.type == type_]
-
-    async def wait_events(self, queue: str, type_: str, count: int = 1) -> list[Any]:
-        return await eventually(
-            lambda: self.events(queue, type_),
-            until=lambda found: len(found) >= count,
-            timeout_s=WAIT_S,
-            what=f"{count} {type_} events of queue {queue}",
         )
 
     async def submit(self, queue: str, fn: str, *args: Any, count: int = 1) -> list[str]:
@@ -255,7 +224,7 @@ async def test_a_killed_daemon_is_lost_and_its_elastic_queue_gets_a_new_job(benc
     [lost] = await bench.wait_events("el", "daemon_lost")
     # Reported by the poll (squeue), not by the heartbeat sweep 2 s later.
     assert lost.detail["worker"] == victim.id and lost.detail["exit_code"] == -signal.SIGKILL
-    assert lost.detail["reason"].startswith(f"slurm job {job_id} FAILED (killed by signal 9)")
+    assert lost.detail["reason"].startswith(f"slurm job {job_id} FAILED (killed by SIGKILL)")
     [replaced] = await bench.wait_events("el", "daemon_replaced")
     assert replaced.detail["lost"] == victim.id
     [new] = await bench.wait_managed("el", 1)

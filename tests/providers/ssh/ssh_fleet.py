@@ -9,11 +9,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fleet_waits import FleetWaits
 from polling import eventually
 from sshd import HOSTS, Sshd
 
-from lakeshore.actors.workers import ListWorkers
-from lakeshore.controller import QUEUE_LABEL
 from lakeshore.model import ProviderKind, Worker, WorkerStatus
 from lakeshore.providers.ssh import SshProvider
 
@@ -31,7 +30,7 @@ UP = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 GONE = frozenset({WorkerStatus.STOPPED, WorkerStatus.LOST})
 
 
-class Fleet:
+class Fleet(FleetWaits):
     """One test's control plane (restartable), its API, and the daemon dirs to clean."""
 
     def __init__(self, plane_factory: Any, sshd: Sshd, tmp_path: Path) -> None:
@@ -122,9 +121,6 @@ class Fleet:
 
         await eventually(states, until=lambda s: s == {state}, timeout_s=WAIT_S, what="jobs")
 
-    async def workers(self) -> list[Worker]:
-        return await self.plane.parts.workers.ask(ListWorkers(NS))
-
     async def wait_worker(
         self, worker_id: str, statuses: frozenset[WorkerStatus], placed: bool = False
     ) -> Worker:
@@ -139,33 +135,6 @@ class Fleet:
             until=lambda w: w is not None and w.status in statuses and (w.placement or not placed),
             timeout_s=WAIT_S,
             what=f"worker {worker_id} in {sorted(statuses)}",
-        )
-
-    async def managed(self, queue: str, statuses: frozenset[WorkerStatus] = UP) -> list[Worker]:
-        return [
-            w
-            for w in await self.workers()
-            if w.managed and w.labels.get(QUEUE_LABEL) == queue and w.status in statuses
-        ]
-
-    async def wait_managed(self, queue: str, count: int, statuses=UP) -> list[Worker]:
-        return await eventually(
-            lambda: self.managed(queue, statuses),
-            until=lambda found: len(found) == count and all(w.placement for w in found),
-            timeout_s=WAIT_S,
-            what=f"{count} managed daemons of queue {queue} in {sorted(statuses)}",
-        )
-
-    async def events(self, queue: str, type_: str) -> list[Any]:
-        rows = await self.plane.parts.store.list_queue_events(NS, queue, limit=500, verbose=True)
-        return [e for e in reversed(rows) if e.type == type_]
-
-    async def wait_events(self, queue: str, type_: str, count: int = 1) -> list[Any]:
-        return await eventually(
-            lambda: self.events(queue, type_),
-            until=lambda found: len(found) >= count,
-            timeout_s=WAIT_S,
-            what=f"{count} {type_} events of queue {queue}",
         )
 
     async def until(self, cond: Callable[[], Awaitable[object]], what: str = "") -> None:

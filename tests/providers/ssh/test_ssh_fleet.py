@@ -18,7 +18,7 @@ H1, H2 = HOSTS
 async def test_a_lost_ssh_daemon_is_replaced_over_ssh(fleet):
     await fleet.add_provider()
     await fleet.queue("el", kind="elastic", min=1, max=1, provider=PROVIDER)
-    [victim] = await fleet.wait_managed("el", 1)
+    [victim] = await fleet.wait_managed("el", 1, placed=True)
     assert victim.provider == PROVIDER and victim.placement["host"] == H1
     os.kill(int(victim.placement["pid"]), signal.SIGKILL)
 
@@ -50,7 +50,7 @@ async def test_a_fully_elastic_queue_scales_from_zero_over_ssh_and_back(fleet):
         provider=PROVIDER,
     )
     jobs = await fleet.hold("fe", 2)
-    launched = await fleet.wait_managed("fe", 2)
+    launched = await fleet.wait_managed("fe", 2, placed=True)
     pids = {w.id: int(w.placement["pid"]) for w in launched}
     assert all(runs(pid, wid) for wid, pid in pids.items())
     ups = await fleet.wait_events("fe", "scaled_up")
@@ -58,7 +58,7 @@ async def test_a_fully_elastic_queue_scales_from_zero_over_ssh_and_back(fleet):
 
     fleet.release()
     await fleet.wait_jobs(jobs)
-    retired = await fleet.wait_managed("fe", 2, GONE)
+    retired = await fleet.wait_managed("fe", 2, GONE, placed=True)
     assert {w.status for w in retired} == {WorkerStatus.STOPPED}
     downs = await fleet.wait_events("fe", "scaled_down", 2)
     assert {e.detail["worker"] for e in downs} == set(pids)

@@ -233,6 +233,7 @@ async def test_the_credential_and_the_ca_reach_the_daemon_through_stdin_only(fle
             # Placed as soon as it is forked: its environment is the daemon's once it execs.
             await eventually(lambda: runs(pid, worker.id), timeout_s=WAIT_S, what="the exec")
             env = environ(pid)
+            assert CREDENTIAL_ENV in env, (cmdline(pid), sorted(env))
             assert (env[CREDENTIAL_ENV], env[CA_ENV]) == ("secret-of-direct", ca)
             assert not any("secret-of-direct" in arg for arg in cmdline(pid))
             ran = Worker(**{**_fields(worker), "placement": placement})
