@@ -7,20 +7,18 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
+from clirunner import Invoke, cli_for
 
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.config import write_client_config
 from lakeshore.sdk import Client
 from lakeshore.sdk import queues as sdk_queues
-
-Invoke = Callable[..., Awaitable[Result]]
 
 
 @pytest.fixture
@@ -35,23 +33,8 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 @pytest.fixture
 def cli(control_plane, isolated) -> Invoke:
     """``await cli("queues", "ls")``: the CLI with the control plane's URL and admin token
-    in the environment, as a user's shell would have them.
-
-    The CLI runs ``asyncio.run`` per command, so it runs on a thread while the control
-    plane keeps serving on the test's loop.
-    """
-    env = {"LAKESHORE_API": control_plane.api, "LAKESHORE_TOKEN": control_plane.admin_token}
-
-    async def invoke(*args: str, expect: int = OK) -> Result:
-        runner = CliRunner(env=env)
-        result = await asyncio.to_thread(
-            runner.invoke, lakeshore, list(args), prog_name="lakeshore"
-        )
-        assert result.exit_code == expect, (result.stdout, result.stderr, result.exception)
-        assert "Traceback" not in result.output
-        return result
-
-    return invoke
+    in the environment, as a user's shell would have them."""
+    return cli_for(control_plane)
 
 
 async def api_body(control_plane, path: str) -> Any:

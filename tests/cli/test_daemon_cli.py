@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
+from clirunner import Invoke, cli_for
 
 from lakeshore.cli.exits import API_ERROR, OK
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import ProviderKind
 from lakeshore.sdk import Client
-
-Invoke = Callable[..., Awaitable[Result]]
-#: Bound on a CLI command that waits for daemons (the command has its own --timeout).
-CLI_WAIT_S = 60
 
 
 @pytest.fixture
@@ -31,19 +26,7 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
 @pytest.fixture
 def cli(control_plane, isolated) -> Invoke:
     """``await cli(...)``: the CLI on a thread while the control plane serves on this loop."""
-    env = {"LAKESHORE_API": control_plane.api, "LAKESHORE_TOKEN": control_plane.admin_token}
-
-    async def invoke(*args: str, expect: int = OK) -> Result:
-        runner = CliRunner(env=env)
-        async with asyncio.timeout(CLI_WAIT_S):
-            result = await asyncio.to_thread(
-                runner.invoke, lakeshore, list(args), prog_name="lakeshore"
-            )
-        assert result.exit_code == expect, (result.stdout, result.stderr, result.exception)
-        assert "Traceback" not in result.output
-        return result
-
-    return invoke
+    return cli_for(control_plane)
 
 
 async def workers(control_plane) -> dict[str, str]:

@@ -6,13 +6,9 @@ Import it by its bare name (``from composing import …``): pytest puts ``tests/
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+import clirunner
+from clirunner import Invoke
 
-from click.testing import CliRunner, Result
-
-from lakeshore.cli.exits import OK
-from lakeshore.cli.main import lakeshore
 from lakeshore.model import Provider, Queue, Worker, WorkerStatus
 from lakeshore.sdk import Client
 
@@ -31,29 +27,13 @@ daemons:
   train: {provider: my-gpu, queues: [training-h100], count: 2, labels: {gpu: h100}}
 """
 
-Invoke = Callable[..., Awaitable[Result]]
-#: Bound on one CLI command (``up`` waits for its daemons under its own --timeout).
-CLI_WAIT_S = 60
 #: Bound on waiting for daemons to change state (register, stop).
 DAEMON_WAIT_S = 30
 
 
 def cli_for(plane) -> Invoke:
-    """``await cli("compose", "up", expect=0)`` against ``plane``: the CLI on a thread (it
-    runs its own event loop) while the control plane serves on the test's loop."""
-    env = {"LAKESHORE_API": plane.api, "LAKESHORE_TOKEN": plane.admin_token}
-
-    async def invoke(*args: str, expect: int = OK) -> Result:
-        runner = CliRunner(env=env)
-        async with asyncio.timeout(CLI_WAIT_S):
-            result = await asyncio.to_thread(
-                runner.invoke, lakeshore, list(args), prog_name="lakeshore"
-            )
-        assert result.exit_code == expect, (result.stdout, result.stderr, result.exception)
-        assert "Traceback" not in result.output
-        return result
-
-    return invoke
+    """``await cli("compose", "up", expect=0)`` against ``plane``."""
+    return clirunner.cli_for(plane)
 
 
 class Live:

@@ -18,12 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from click.testing import CliRunner
+from clirunner import cli_for
 from polling import eventually
 from ssh_fleet import GONE, WAIT_S
 from sshd import HOSTS, runs
-
-from lakeshore.cli.main import lakeshore
 
 README = (Path(__file__).parents[3] / "README.md").read_text()
 SECTION = README.split("## Fleets over SSH and Slurm: the worked example\n", 1)[1].split("\n## ")[0]
@@ -57,12 +55,7 @@ def _stand_in(fleet: Any, argv: list[str]) -> list[str]:
 
 
 async def _run(fleet: Any, argv: list[str]) -> str:
-    env = {"LAKESHORE_API": fleet.handle.api, "LAKESHORE_TOKEN": fleet.handle.admin_token}
-    result = await asyncio.to_thread(
-        CliRunner(env=env).invoke, lakeshore, argv, prog_name="lakeshore"
-    )
-    assert result.exit_code == 0, f"{argv}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return (await cli_for(fleet.handle)(*argv)).stdout
 
 
 async def test_the_worked_example_runs_on_two_ssh_providers(fleet):
