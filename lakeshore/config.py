@@ -23,6 +23,8 @@ from lakeshore.quotas import Quotas
 _S = TypeVar("_S", bound=Struct)
 Port = Annotated[int, Meta(ge=0, le=65535)]
 Seconds = Annotated[float, Meta(gt=0)]
+#: ``metrics_per_queue``: ``all``, ``none`` or ``top:N`` (see :mod:`lakeshore.metrics.labels`).
+METRICS_PER_QUEUE = r"^(all|none|top:[1-9][0-9]{0,5})$"
 
 
 class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,6 +89,21 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Fault tests only: ``point:exit|raise,…`` (see :mod:`lakeshore.faults`)."""
     quotas: Quotas = Quotas()
     """Per-org quotas: the ``[quotas]`` table (see :class:`lakeshore.quotas.Quotas`)."""
+    history_retention_days: Annotated[float, Meta(gt=0)] | None = 30.0
+    """How long the events of a finished invocation are kept, in days; older ones are
+    folded into per-minute aggregates, then deleted (``None``: kept forever)."""
+    history_aggregate_retention_days: Annotated[float, Meta(gt=0)] | None = None
+    """How long the per-minute aggregates are kept, in days (``None``: forever)."""
+    history_compact_every_s: Seconds = 3600.0
+    """How often the history is compacted, in seconds."""
+    metrics_port: Port | None = None
+    """A listener of its own serving ``GET /metrics`` without a token (for scrapers);
+    ``None``: only the API's token-guarded ``/metrics``; 0 picks a free port."""
+    metrics_host: str = "127.0.0.1"
+    """Listen address of ``metrics_port``."""
+    metrics_per_queue: Annotated[str, Meta(pattern=METRICS_PER_QUEUE)] = "top:100"
+    """Which queues get series of their own: ``all``, ``top:N`` (the N with the most
+    pending plus running; the rest summed as queue ``_other``) or ``none`` (no queue label)."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,6 +141,7 @@ _SERVER_ENV = {
     "LAKESHORE_NATS_CA_FILE": "nats_ca_file",
     "LAKESHORE_REPLICAS": "replicas",
     "LAKESHORE_FAULT_POINTS": "fault_points",
+    "LAKESHORE_METRICS_PORT": "metrics_port",
 }
 _CLIENT_ENV = {
     "LAKESHORE_API": "api",

@@ -17,9 +17,10 @@ from typing import Any
 
 from aiohttp import web
 
-from lakeshore import access
+from lakeshore import __version__, access
 from lakeshore.access import Access
 from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.compaction import Compact, keep_s
 from lakeshore.actors.controller import ControllerActor, Halt, Tick
 from lakeshore.actors.directory import QueueDirectory
 from lakeshore.actors.launcher import Launcher, exit_reporter, placement_reporter
@@ -36,6 +37,8 @@ from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
 from lakeshore.http.errors import MAX_LINE_BYTES
+from lakeshore.http.metrics import scrape_app
+from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
 from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.providers.slurm import SlurmProvider
@@ -45,6 +48,7 @@ from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
+from lakeshore.services.history import HistoryService
 from lakeshore.store import Store, open_store
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,8 @@ class Parts:
     services: Services
     #: who is connected to NATS as whom; cuts revoked tokens off
     sessions: Sessions
+    #: what ``GET /metrics`` reports
+    metrics: PlaneMetrics | None = None
 
 
 class ControlPlane:
@@ -91,6 +97,8 @@ class ControlPlane:
         self.nats_url = settings.nats_url or ""
         self.admin_token: TokenCreated | None = None
         self.api = ""
+        #: the ``metrics_port`` listener's ``/metrics`` URL (empty: none)
+        self.metrics_url = ""
         self._stack = contextlib.AsyncExitStack()
         self._parts: Parts | None = None
 
@@ -141,7 +149,15 @@ class ControlPlane:
             backoff_s=(settings.restart_backoff_s, 2.0, max(30.0, settings.restart_backoff_s)),
         )
         stack.push_async_callback(runtime.shutdown)
-        recorder = await runtime.spawn(Recorder(store, events, faults=faults))
+        metrics = PlaneMetrics(version=__version__)
+        recorder = await runtime.spawn(
+            Recorder(store, events, faults=faults, compactor=store, metrics=metrics.invocations)
+        )
+        retention = Compact(
+            raw_keep_s=keep_s(settings.history_retention_days),
+            minutes_keep_s=keep_s(settings.history_aggregate_retention_days),
+        )
+        runtime.every(settings.history_compact_every_s, recorder, retention)
         workers = await runtime.spawn(
             WorkerRegistry(
                 store,
@@ -151,6 +167,8 @@ class ControlPlane:
             )
         )
         runtime.every(settings.heartbeat_s, workers, Sweep())
+        labels = QueueLabels.parse(settings.metrics_per_queue)
+        metrics.watch(QueueGauges(store=store, bus=bus, workers=workers, labels=labels))
         on_exit, on_placed = exit_reporter(workers), placement_reporter(workers)
         beat_s = settings.heartbeat_s
         providers: dict[ProviderKind, Backend] = {
@@ -179,6 +197,7 @@ class ControlPlane:
                 workers=workers,
                 launcher=launcher,
                 settings=controller_settings(settings),
+                metrics=metrics.controller,
             )
         )
         runtime.every(settings.tick_s, controller, Tick())
@@ -205,6 +224,7 @@ class ControlPlane:
                 controller=controller,
                 recorder=recorder,
                 ask_timeout_s=settings.ask_timeout_s,
+                metrics=metrics.invocations,
                 quotas=settings.quotas,
             ),
             queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
@@ -218,6 +238,7 @@ class ControlPlane:
                 quotas=settings.quotas,
             ),
             problems=lambda: _problems(bus, runtime),
+            history=HistoryService(store=store, directory=directory),
         )
         gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
         await gateway.start()
@@ -232,12 +253,13 @@ class ControlPlane:
             bus=bus, events=events, store=store, access=gate, runtime=runtime,
             recorder=recorder, workers=workers, launcher=launcher, controller=controller,
             directory=directory, providers=providers, services=services, sessions=sessions,
+            metrics=metrics,
         )  # fmt: skip
 
     async def serve(self) -> str:
         """Serve the HTTP API; returns its base URL (the real port when 0 was asked)."""
         runner = web.AppRunner(
-            make_app(self.parts.services),
+            make_app(self.parts.services, self.parts.metrics),
             handle_signals=False,
             access_log=None,
             max_line_size=MAX_LINE_BYTES,
@@ -249,7 +271,20 @@ class ControlPlane:
         port = runner.addresses[0][1]
         self.api = f"http://{self.settings.host}:{port}"
         log.info("serving the API on %s", self.api)
+        if self.settings.metrics_port is not None and self.parts.metrics is not None:
+            self.metrics_url = await self._serve_metrics(self.parts.metrics)
         return self.api
+
+    async def _serve_metrics(self, metrics: PlaneMetrics) -> str:
+        """The ``metrics_port`` listener (no token); returns its ``/metrics`` URL."""
+        runner = web.AppRunner(scrape_app(metrics), handle_signals=False, access_log=None)
+        await runner.setup()
+        self._stack.push_async_callback(runner.cleanup)
+        host = self.settings.metrics_host
+        await web.TCPSite(runner, host, self.settings.metrics_port).start()
+        url = f"http://{host}:{runner.addresses[0][1]}/metrics"
+        log.info("serving metrics on %s", url)
+        return url
 
     def write_client_config(self) -> Path:
         """Write ``<data-dir>/config.toml`` for the CLI and SDK on this machine.

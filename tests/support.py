@@ -55,6 +55,8 @@ class Api:
         body = io.BytesIO(data) if data is not None else None
         async with self._session.request(method, self.base + path, data=body, headers=headers) as r:
             raw = await r.read()
+            if r.content_type == "application/vnd.apache.parquet":  # a file: its bytes
+                return r.status, raw
             return r.status, (msgspec.json.decode(raw) if raw else None)
 
     async def get(self, path: str) -> tuple[int, Any]:

@@ -99,6 +99,7 @@ async def test_server_bootstraps_serves_and_shuts_down_with_its_nats(tmp_path):
         assert config["token"].startswith("lsk_")
         assert oct((server.data_dir / "config.toml").stat().st_mode & 0o777) == "0o600"
         assert (server.data_dir / "lakeshore.duckdb").exists()
+        assert any(f"dashboard: {server.api}/ " in line for line in server.output)
         status, body = await _call(server.api, "", "GET", "/v1/healthz")
         assert status == 200
         status, body = await _call(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
@@ -59,6 +59,9 @@ from lakeshore.model import (
     now,
 )
 from lakeshore.store.port import ControllerStore
+
+if TYPE_CHECKING:
+    from lakeshore.metrics import ControllerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +101,7 @@ class ControllerActor(Actor[ControllerMsg]):
         workers: the WorkerRegistry.
         launcher: the Launcher.
         settings: the controller's settings.
+        metrics: times the ticks and counts the applied decisions (``None``: not).
     """
 
     name = "controller"
@@ -110,8 +114,10 @@ class ControllerActor(Actor[ControllerMsg]):
         workers: ActorRef[Any],
         launcher: ActorRef[Any],
         settings: ControllerSettings,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         self._store, self._bus, self._workers = store, bus, workers
+        self._metrics = metrics
         self._apply = Applier(store=store, workers=workers, launcher=launcher)
         self._settings = settings
         self._tracker = Tracker()
@@ -131,6 +137,9 @@ class ControllerActor(Actor[ControllerMsg]):
     async def handle(self, msg: ControllerMsg) -> Any:
         match msg:
             case Tick():
+                if self._metrics is not None and not self._halted:
+                    with self._metrics.tick.time():
+                        return await self._tick()
                 return 0 if self._halted else await self._tick()
             case Halt():
                 self._halted = True
@@ -184,6 +193,8 @@ class ControllerActor(Actor[ControllerMsg]):
         for d in result.decisions:
             try:
                 applied += await self._apply_one(d, seen, launched)
+                if self._metrics is not None:
+                    self._metrics.acted(d)
             except Exception as e:
                 self._failed(d, e, failed_before)
         if self._leases_dirty:

@@ -25,20 +25,24 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import Struct
 
 from lakeshore import fencing
 from lakeshore.actors.base import Actor
+from lakeshore.actors.compaction import Compact, HistoryCompaction, compact
 from lakeshore.actors.history import Fenced, HistoryWriter
 from lakeshore.bus.port import Delivery, Feed
-from lakeshore.errors import Unavailable
+from lakeshore.errors import Invalid, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.fencing import Fence, Key
-from lakeshore.model import EventType, InvocationEvent
+from lakeshore.model import EventType, InvocationEvent, now
 from lakeshore.store.port import InvocationHistory
+
+if TYPE_CHECKING:
+    from lakeshore.metrics import InvocationMetrics
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +85,7 @@ class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
-RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | GetStats
+RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | GetStats | Compact
 
 
 class RecorderStats(Struct, frozen=True, kw_only=True):
@@ -112,6 +116,8 @@ class Recorder(Actor[RecorderMsg]):
         finished_cache: how many finished invocations' fences stay in memory.
         prune_every_s: how often the record of appended messages is pruned.
         clock: monotonic seconds (injectable for tests).
+        compactor: the store's compaction of history (``Compact``; ``None``: refused).
+        metrics: counts and times what is fenced (``None``: nothing is counted).
     """
 
     name = "recorder"
@@ -127,8 +133,12 @@ class Recorder(Actor[RecorderMsg]):
         prune_every_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         faults: Faults | None = None,
+        compactor: HistoryCompaction | None = None,
+        metrics: InvocationMetrics | None = None,
     ) -> None:
         self._store, self._feed = store, feed
+        self._compactor = compactor
+        self._metrics = metrics
         self._max_batch, self._fetch_timeout_s = max_batch, fetch_timeout_s
         self._cache_size, self._clock = finished_cache, clock
         self._writer = HistoryWriter(
@@ -179,6 +189,10 @@ class Recorder(Actor[RecorderMsg]):
                 return (ns, inv_id) in self._unfinished or (ns, inv_id) in self._finished
             case GetStats():
                 return self._stats()
+            case Compact():
+                if self._compactor is None:
+                    raise Invalid("this recorder does not compact history")
+                return await compact(self._compactor, msg, now())
 
     # ---- the loop -------------------------------------------------------------------
 
@@ -228,6 +242,8 @@ class Recorder(Actor[RecorderMsg]):
         # in JetStream, the result in KV) and fencing is deterministic, so a redelivered
         # batch is fenced to the same outcome. History follows in the writer.
         self._commit(fenced)
+        if self._metrics is not None:
+            self._metrics.observe(fenced)
         self._fenced_seq = max(self._fenced_seq, *(d.seq for d in fresh))
         rows = [_row(ev) for ev in fenced.events]
         await self._writer.put(Fenced(rows, fresh, len(fenced.events), fenced.stale))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from lakeshore.cli import output
-from lakeshore.cli.context import LakeshoreGroup, run
+from lakeshore.cli import output, watch
+from lakeshore.cli.context import LakeshoreGroup
 from lakeshore.model import ControllerStatus, UnitStatus
 
 
@@ -56,10 +56,11 @@ def controller() -> None:
 
 
 @controller.command("status")
+@watch.option
 def status() -> None:
     """Per queue and pool: desired and actual managed daemons, launching, and why.
 
     ACTUAL counts the controller's managed daemons up; `0 (4 total)` means 4 daemons serve
     the queue (or a member of the pool), none of them managed (launched by hand).
     """
-    run(lambda c: c.controller_status(), status_table)
+    watch.run(lambda c: c.controller_status(), status_table)

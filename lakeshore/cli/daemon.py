@@ -12,10 +12,11 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from lakeshore.cli import output
+from lakeshore.cli import output, watch
 from lakeshore.cli.context import LakeshoreGroup, run, settings
 from lakeshore.cli.options import key_value_pairs
 from lakeshore.cli.params import QUEUE_NAME
+from lakeshore.cli.progress import Progress
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import DEFAULT_QUEUE, MAX_LAUNCH, DaemonLaunch, Launched, Worker, WorkerStatus
 from lakeshore.sdk import Client
@@ -50,9 +51,10 @@ def daemon() -> None:
 
 
 @daemon.command("list")
+@watch.option
 def list_() -> None:
     """List daemons with their queues and status."""
-    run(lambda c: c.workers_ls(), output.workers)
+    watch.run(lambda c: c.workers_ls(), output.workers)
 
 
 @daemon.command("show")
@@ -192,14 +194,15 @@ def stop(ref: str, wait: bool, force: bool, timeout_s: float) -> None:
 
 
 async def wait_registered(client: Client, workers: list[Worker], timeout_s: float) -> None:
-    """Poll until every one of ``workers`` has registered, reporting progress on stderr.
+    """Poll until every one of ``workers`` has registered, reporting progress on stderr
+    (a bar on a terminal, a ``2/5 registered (prep-00, prep-01)`` line per change otherwise).
 
     Raises:
         LakeshoreError: one was lost (or stopped) first, or ``timeout_s`` passed.
     """
     names = {w.id: w.name for w in workers}
     rows: dict[str, Worker] = {}
-    seen, progress_shown = 0, False
+    seen, progress = 0, Progress()
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -210,10 +213,8 @@ async def wait_registered(client: Client, workers: list[Worker], timeout_s: floa
                     if rows[i].status in _DEAD:
                         raise LakeshoreError(await _why_lost(client, rows[i]))
                 up = [names[i] for i in names if rows[i].status in _UP]
-                if len(up) != seen or not progress_shown:
-                    seen, progress_shown = len(up), True
-                    done = f" ({', '.join(up)})" if up else ""
-                    click.echo(f"{seen}/{len(names)} registered{done}", err=True)
+                seen = len(up)
+                progress.count("registered", up, len(names))
                 if seen == len(names):
                     return
                 await asyncio.sleep(_POLL_S)
@@ -223,24 +224,30 @@ async def wait_registered(client: Client, workers: list[Worker], timeout_s: floa
             f"timed out after {timeout_s:g}s: {seen}/{len(names)} registered; still "
             f"starting: {', '.join(starting)} (see `lakeshore daemon show NAME`)"
         ) from None
+    finally:
+        progress.close()
 
 
 async def wait_stopped(client: Client, worker: Worker, timeout_s: float) -> None:
-    """Poll until ``worker`` is ``stopped``.
+    """Poll until ``worker`` is ``stopped``, showing its status on stderr as it changes.
 
     Raises:
         LakeshoreError: it was lost instead, or ``timeout_s`` passed.
     """
+    progress = Progress()
     try:
         async with asyncio.timeout(timeout_s):
             while (row := await client.worker_show(worker.id)).status is not WorkerStatus.STOPPED:
                 if row.status is WorkerStatus.LOST:
                     raise LakeshoreError(f"daemon {worker.name} was lost before it stopped")
+                progress.show(f"daemon {worker.name}: {row.status}")
                 await asyncio.sleep(_POLL_S)
     except TimeoutError:
         raise LakeshoreError(
             f"timed out after {timeout_s:g}s: daemon {worker.name} has not stopped yet"
         ) from None
+    finally:
+        progress.close()
     click.echo(f"daemon {worker.name} stopped", err=True)
 
 

@@ -90,6 +90,18 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     help="Seconds the running invocations get after SIGTERM.",
 )
 @click.option("--provider", default="external", show_default=True, help="Who started this daemon.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve this daemon's GET /metrics (no token) on this port [default: none; 0: any].",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the --metrics-port listener binds.",
+)
 @click.option("--managed", is_flag=True, help="Launched and retired by the controller.")
 @click.option(
     "--log-level",
@@ -112,6 +124,8 @@ def run(
     provider: str,
     managed: bool,
     log_level: str,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run a worker daemon: register, pull from its queues, run invocations.
 
@@ -134,6 +148,8 @@ def run(
             managed=managed,
             heartbeat_s=heartbeat_s,
             drain_timeout_s=drain_timeout_s,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
         stop = asyncio.Event()
         # Neither the runs (commands: their environment; functions: this process's) nor

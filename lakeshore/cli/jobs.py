@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import click
 import msgspec
 
-from lakeshore.cli import output
+from lakeshore.cli import output, watch
 from lakeshore.cli.context import LakeshoreGroup, run, settings
 from lakeshore.cli.params import QUEUE_NAME
+from lakeshore.cli.progress import Progress
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import InvocationState, Job, JobDetail, Result
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import RemoteError, failure, poll_result
+
+#: Longest single wait of ``result --wait`` between two looks at the state, in seconds.
+PROGRESS_SLICE_S = 5.0
 
 JOB_COLUMNS = ("ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "SUBMITTED", "PENDING_REASON")
 ATTEMPT_COLUMNS = ("ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME")
@@ -120,10 +125,37 @@ def fetch_result(invocation_id: str, wait_s: float) -> None:
 
     async def fetch() -> tuple[Result | Job, Any]:
         async with Client(conf.api, conf.token, conf.namespace) as client:
-            return await poll_result(client, invocation_id, wait_s)
+            if not wait_s:
+                return await poll_result(client, invocation_id, wait_s)
+            return await wait_showing_progress(client, invocation_id, wait_s)
 
     answer, body = asyncio.run(fetch())
     show_result(answer, body, conf.output or "table")
+
+
+async def wait_showing_progress(
+    client: Client, invocation_id: str, wait_s: float
+) -> tuple[Result | Job, Any]:
+    """:func:`poll_result` in slices of :data:`PROGRESS_SLICE_S`, showing the invocation's
+    state on stderr whenever it changes (``ID: running, attempt 1/3``).
+
+    The first look does not wait, so the state shows at once.
+    """
+    deadline = time.monotonic() + wait_s
+    slice_s = 0.0
+    with Progress() as progress:
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            answer, body = await poll_result(client, invocation_id, min(slice_s, left))
+            if isinstance(answer, Result) or left <= slice_s:
+                return answer, body
+            progress.show(_waiting(answer))
+            slice_s = PROGRESS_SLICE_S
+
+
+def _waiting(job: Job) -> str:
+    reason = f" ({job.pending_reason})" if job.pending_reason else ""
+    return f"{job.id}: {job.state}, attempt {_attempt(job)}{reason}"
 
 
 @click.group(cls=LakeshoreGroup)
@@ -141,9 +173,10 @@ def jobs() -> None:
 )
 @click.option("--limit", type=click.IntRange(1, 1000), help="Most to show (default 100).")
 @click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")
+@watch.option
 def ls(queue: str | None, state: str | None, limit: int | None, after: str | None) -> None:
     """List invocations, newest first."""
-    run(lambda c: c.jobs_ls(queue=queue, state=state, limit=limit, after=after), jobs_table)
+    watch.run(lambda c: c.jobs_ls(queue=queue, state=state, limit=limit, after=after), jobs_table)
 
 
 @jobs.command("show")

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import click
 
+from lakeshore.cli.completion import completion
 from lakeshore.cli.compose import compose
 from lakeshore.cli.context import LakeshoreGroup
 from lakeshore.cli.controller import controller
 from lakeshore.cli.daemon import daemon
+from lakeshore.cli.history import history
 from lakeshore.cli.jobs import jobs
 from lakeshore.cli.namespaces import namespaces
 from lakeshore.cli.nats import nats
 from lakeshore.cli.providers import providers
 from lakeshore.cli.queues import queues
+from lakeshore.cli.stats import stats
 from lakeshore.cli.submit import submit
 from lakeshore.cli.tokens import tokens
 
@@ -55,6 +58,9 @@ def lakeshore() -> None:
 for _group in (queues, daemon, namespaces, tokens, jobs, submit, providers, controller, nats):
     lakeshore.add_command(_group)
 lakeshore.add_command(compose)
+lakeshore.add_command(stats)
+lakeshore.add_command(history)
+lakeshore.add_command(completion)
 
 
 def main() -> None:

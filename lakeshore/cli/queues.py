@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from lakeshore.cli import output
+from lakeshore.cli import output, watch
 from lakeshore.cli.context import LakeshoreGroup, run
 from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.model import ElasticityKind, OnFull, QueueCreate, QueueKind, QueueState
@@ -116,12 +116,13 @@ def add(
 @click.option(
     "--state", type=click.Choice([s.value for s in QueueState]), help="Only queues in this state."
 )
+@watch.option
 def ls(state: str | None) -> None:
     """List queues of every namespace in the org.
 
     Each row names its namespace. The `default` queue is created on first use.
     """
-    run(lambda c: c.queues_ls(state), output.queues)
+    watch.run(lambda c: c.queues_ls(state), output.queues)
 
 
 @queues.command("show")
@@ -133,9 +134,10 @@ def show(name: str) -> None:
 
 @queues.command("stats")
 @click.argument("name", type=QUEUE_NAME)
+@watch.option
 def stats(name: str) -> None:
     """Show daemon count, utilisation, backlog."""
-    run(lambda c: c.queue_stats(name), output.queue_stats)
+    watch.run(lambda c: c.queue_stats(name), output.queue_stats)
 
 
 @queues.command("events")

@@ -59,6 +59,25 @@ from lakeshore.errors import LakeshoreError
     default=None,
     help="JetStream replicas of each queue stream (3 in production) [default: 1].",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve GET /metrics without a token on this port (for Prometheus) "
+    "[default: none; 0: any].",
+)
+@click.option(
+    "--metrics-host",
+    default=None,
+    help="Address the --metrics-port listener binds [default: 127.0.0.1].",
+)
+@click.option(
+    "--metrics-per-queue",
+    default=None,
+    metavar="all|top:N|none",
+    help="Which queues get series of their own; the rest are summed as queue _other "
+    "[default: top:100].",
+)
 def server(**flags: object) -> None:
     """Run the control plane: HTTP API, queue actors and (by default) an embedded NATS.
 
@@ -124,7 +143,10 @@ async def _run(settings) -> None:
         api = await plane.serve()
         config = plane.write_client_config()
         click.echo(f"lakeshore control plane: API {api}, NATS {plane.nats_url}")
+        click.echo(f"dashboard: {api}/ (sign in with a token from {config})")
         click.echo(f"client config written to {config}")
+        if plane.metrics_url:
+            click.echo(f"metrics for Prometheus (no token): {plane.metrics_url}")
         if plane.admin_token is not None:
             click.echo(f"admin token (shown once, also in {config}): {plane.admin_token.token}")
         click.echo("ready; press Ctrl-C to stop", err=True)

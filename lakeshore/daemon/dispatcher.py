@@ -207,6 +207,8 @@ class Dispatcher:
 
     def _start(self, runs: asyncio.TaskGroup, claim: Claim) -> None:
         job = Job(claim, self._ctx, on_ran=self._wake.set)
+        if self._ctx.metrics is not None:
+            self._ctx.metrics.claimed(claim.queue)
         key = next(self._serial)
         self._jobs[key] = job
         self._idle.clear()

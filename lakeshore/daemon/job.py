@@ -24,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claim
@@ -40,6 +40,9 @@ from lakeshore.daemon.policies import (
 from lakeshore.daemon.runner import Capture, Outcome, Runner
 from lakeshore.errors import LakeshoreError, TooLarge
 from lakeshore.model import EventType, InvocationEvent, RemoteError, Result, now
+
+if TYPE_CHECKING:
+    from lakeshore.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ class JobContext:
     events: EventPublisher
     runner: Runner
     worker_id: str
+    #: claims and runs counted for ``--metrics-port`` (``None``: not counted)
+    metrics: DaemonMetrics | None = None
 
 
 class Job:

@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from lakeshore import __version__
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claimer
 from lakeshore.daemon.credential import Credential
@@ -21,6 +22,7 @@ from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, 
 from lakeshore.daemon.events import EventPublisher
 from lakeshore.daemon.heartbeat import Heartbeater
 from lakeshore.daemon.job import JobContext
+from lakeshore.daemon.metrics import DaemonMetrics, MeteredRunner, MetricsListener
 from lakeshore.daemon.runner import Runner
 from lakeshore.daemon.settings import DaemonSettings
 from lakeshore.errors import Unavailable
@@ -40,6 +42,8 @@ class Running:
     dispatcher: Dispatcher
     heartbeater: Heartbeater
     claimer: Claimer
+    #: the daemon's ``/metrics`` URL when ``metrics_port`` is set
+    metrics_url: str | None = None
 
 
 async def run_daemon(
@@ -121,7 +125,9 @@ async def _serve(
     on_ready: Callable[[Running], None] | None,
 ) -> None:
     events = EventPublisher(bus, settings.namespace)
-    ctx = JobContext(bus=bus, events=events, runner=Runner(environ), worker_id=worker.id)
+    metrics = DaemonMetrics(version=__version__) if settings.metrics_port is not None else None
+    runner = Runner(environ) if metrics is None else MeteredRunner(environ, metrics)
+    ctx = JobContext(bus=bus, events=events, runner=runner, worker_id=worker.id, metrics=metrics)
     # The nudge callback reaches the dispatcher built just below (called only later).
     claimer = Claimer(bus, settings.namespace, on_nudge=lambda: dispatcher.wake())
     dispatcher = Dispatcher(
@@ -138,19 +144,25 @@ async def _serve(
     )
     if signals is not None:
         signals.dispatcher = dispatcher
+    listener = MetricsListener(metrics) if metrics is not None else None
     try:
+        if listener is not None:
+            await listener.start(settings.metrics_host, settings.metrics_port or 0)
         async with asyncio.TaskGroup() as tg:
             flusher = tg.create_task(events.run(), name="events")
             beater = tg.create_task(heart.run(), name="heartbeat")
             watcher = tg.create_task(_retire_on(stop, dispatcher), name="stop")
             if on_ready is not None:
-                on_ready(Running(worker, dispatcher, heart, claimer))
+                url = listener.url if listener is not None else None
+                on_ready(Running(worker, dispatcher, heart, claimer, url))
             await dispatcher.run()
             for task in (flusher, beater, watcher):
                 task.cancel()
     finally:
         await control.close()
         await claimer.close()
+        if listener is not None:
+            await listener.close()
     await _flush(events, settings.request_timeout_s)
     await heart.final(settings.request_timeout_s)
 

@@ -41,6 +41,11 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """On SIGTERM or retire, how long current runs may take before being interrupted."""
     request_timeout_s: Seconds = 5.0
     """Bound of every NATS request: claims, registry requests, acks (seconds)."""
+    metrics_port: Annotated[int, Meta(ge=0, le=65535)] | None = None
+    """Serve the daemon's ``GET /metrics`` (no token) on this port; ``None``: no listener,
+    0: any free port."""
+    metrics_host: str = "127.0.0.1"
+    """Listen address of ``metrics_port``."""
 
     @property
     def namespace(self) -> str:

@@ -8,9 +8,12 @@ from lakeshore.http import (
     bus,
     controller,
     daemons,
+    dashboard,
+    history,
     invocations,
     jobs,
     meta,
+    metrics,
     namespaces,
     providers,
     queues,
@@ -18,7 +21,8 @@ from lakeshore.http import (
 )
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
-from lakeshore.http.state import ACCESS, FLEET, JOBS, PROBLEMS, QUEUES
+from lakeshore.http.state import ACCESS, FLEET, HISTORY, JOBS, PROBLEMS, QUEUES
+from lakeshore.metrics import PlaneMetrics
 from lakeshore.services import Services
 
 ROUTE_MODULES = (
@@ -32,12 +36,15 @@ ROUTE_MODULES = (
     providers,
     controller,
     bus,
+    dashboard,
+    history,
+    metrics,
 )
 #: Largest request body accepted (bytes); larger answers 413.
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-def make_app(services: Services) -> web.Application:
+def make_app(services: Services, plane_metrics: PlaneMetrics | None = None) -> web.Application:
     app = web.Application(
         middlewares=[error_middleware, auth_middleware], client_max_size=MAX_BODY_BYTES
     )
@@ -46,8 +53,11 @@ def make_app(services: Services) -> web.Application:
     app[QUEUES] = services.queues
     app[FLEET] = services.fleet
     app[PROBLEMS] = services.problems
+    app[HISTORY] = services.history
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:
         app.add_routes(m.routes.table)
+    if plane_metrics is not None:
+        metrics.install(app, plane_metrics)
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from lakeshore.access import Caller
+from lakeshore.http import dashboard
 from lakeshore.http.state import ACCESS
 from lakeshore.model import Namespace
 
@@ -15,7 +16,7 @@ PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json"})
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
-    if request.path not in PUBLIC_PATHS:
+    if request.path not in PUBLIC_PATHS and not dashboard.is_public(request.path):
         request[CALLER] = await request.app[ACCESS].identify(request.headers.get("Authorization"))
     return await handler(request)
 

@@ -8,10 +8,12 @@ from aiohttp import web
 
 from lakeshore.access import Access
 from lakeshore.services import FleetService, JobService, QueueService
+from lakeshore.services.history import HistoryService
 
 ACCESS: web.AppKey[Access] = web.AppKey("access", Access)
 JOBS: web.AppKey[JobService] = web.AppKey("jobs", JobService)
 QUEUES: web.AppKey[QueueService] = web.AppKey("queues", QueueService)
 FLEET: web.AppKey[FleetService] = web.AppKey("fleet", FleetService)
+HISTORY: web.AppKey[HistoryService] = web.AppKey("history", HistoryService)
 #: what is wrong with the control plane now (empty: healthy)
 PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")

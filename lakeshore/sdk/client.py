@@ -9,7 +9,8 @@ The routes are grouped by subject, one module each, and :class:`Client` combines
 one :class:`~lakeshore.sdk.transport.Transport`: :mod:`~lakeshore.sdk.namespaces`
 (namespaces and tokens), :mod:`~lakeshore.sdk.queues`, :mod:`~lakeshore.sdk.jobs`
 (submitting and jobs) and :mod:`~lakeshore.sdk.fleet` (workers, daemons, providers, the
-controller).
+controller), :mod:`~lakeshore.sdk.history` (a queue's history per interval, the Parquet
+export).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any
 from lakeshore.sdk.call import Call
 from lakeshore.sdk.fastpath import FastPath
 from lakeshore.sdk.fleet import FleetRoutes
+from lakeshore.sdk.history import HistoryRoutes
 from lakeshore.sdk.jobs import JobRoutes
 from lakeshore.sdk.namespaces import NamespaceRoutes
 from lakeshore.sdk.queues import QueueRoutes
 from lakeshore.sdk.transport import api_path
 
 
-class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes):
+class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes):
     """An async client of one Lakeshore API.
 
     Args:

@@ -7,8 +7,10 @@ named, rebuilt through :data:`~lakeshore.errors.ERRORS_BY_CODE`.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
@@ -155,6 +157,38 @@ class Transport:
             return msgspec.json.decode(raw)
         except msgspec.DecodeError:
             raise error_from(status, raw, url) from None
+
+    async def download(
+        self, path: str, dest: Path, *, params: dict[str, str | int] | None = None
+    ) -> dict[str, str]:
+        """``GET path`` and write the answer's body to ``dest`` as it arrives (not into
+        memory); returns the answer's headers.
+
+        Raises:
+            as :meth:`request`; on an error answer ``dest`` is not created.
+        """
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        url = self.api + path
+        try:
+            async with self._session.get(url, params=params) as resp:
+                if not 200 <= resp.status < 300:
+                    raise error_from(resp.status, await resp.read(), url)
+                with dest.open("wb") as f:
+                    async for chunk in resp.content.iter_chunked(256 * 1024):
+                        await asyncio.to_thread(f.write, chunk)
+                return dict(resp.headers)
+        except TimeoutError:
+            raise errors.Unavailable(
+                f"the lakeshore api at {self.api} did not answer GET {path} "
+                f"within {self.timeout_s:g}s"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise errors.Unavailable(
+                f"cannot reach the lakeshore api at {self.api} ({_reason(exc)})"
+            ) from None
 
     def _ns(self, namespace: str | None, *segments: str) -> str:
         """The path of ``segments`` under ``namespace`` (default: the client's)."""

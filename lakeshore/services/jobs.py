@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -43,6 +43,9 @@ from lakeshore.model import (
 from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.services.pending import OrgRows, PendingTally
 from lakeshore.store.port import JobReads, JobRecord
+
+if TYPE_CHECKING:
+    from lakeshore.metrics import InvocationMetrics
 
 #: A job or a job with its attempts.
 J = TypeVar("J", bound=Job)
@@ -80,6 +83,7 @@ class JobService:
         directory, workers, controller, recorder: the actors asked.
         ask_timeout_s: the bound of an ask beyond a submit's own wait (seconds).
         quotas: the server's quotas (``pending_per_org`` is checked on submit).
+        metrics: counts deduplicated submits (``None``: not counted).
     """
 
     def __init__(
@@ -94,8 +98,10 @@ class JobService:
         recorder: ActorRef[Any],
         ask_timeout_s: float,
         quotas: Quotas = DEFAULT_QUOTAS,
+        metrics: InvocationMetrics | None = None,
     ) -> None:
         self._store, self._results, self._bus = store, results, bus
+        self._metrics = metrics
         self._directory, self._workers = directory, workers
         self._controller, self._recorder = controller, recorder
         self._ask_timeout_s = ask_timeout_s
@@ -131,7 +137,10 @@ class JobService:
             # below only guards against an actor that stopped meanwhile.
             try:
                 async with asyncio.timeout(wait_s + self._ask_timeout_s):
-                    return await asyncio.shield(admitted)
+                    answer = await asyncio.shield(admitted)
+                    if self._metrics is not None and answer.duplicates:
+                        self._metrics.deduplicated.inc(len(answer.duplicates))
+                    return answer
             except TimeoutError:
                 raise Unavailable(
                     f"queue {namespace}/{queue} did not admit the submit within {wait_s:g} s"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lakeshore.access import Access
 from lakeshore.services.fleet import FleetService
+from lakeshore.services.history import HistoryService
 from lakeshore.services.jobs import JobService
 from lakeshore.services.queues import QueueService
 
@@ -24,3 +25,5 @@ class Services:
     fleet: FleetService
     #: what is wrong now, one line each (empty: healthy) — NATS disconnected, actors down
     problems: Callable[[], list[str]]
+    #: a queue's points per interval, the Parquet export
+    history: HistoryService

@@ -33,6 +33,7 @@ from lakeshore.model.providers import Provider
 from lakeshore.store import _rows
 from lakeshore.store import migrations as mig
 from lakeshore.store import providers as prov
+from lakeshore.store.history import HistoryQueries
 from lakeshore.store.jobs import JobQueries
 from lakeshore.store.keys import KeyQueries
 from lakeshore.store.registry import RegistryQueries
@@ -64,7 +65,7 @@ _INSERT_QUEUE_EVENT = (
 )
 
 
-class Store(JobQueries, KeyQueries, RegistryQueries):
+class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
     Uniqueness checks followed by a write are atomic without a transaction: this store is

@@ -144,6 +144,28 @@ MIGRATIONS: list[Migration] = [
             "ALTER TABLE workers ADD COLUMN placement VARCHAR DEFAULT '{}'",
         ],
     ),
+    (
+        6,
+        [
+            # Per-minute aggregates of invocations whose events were compacted away (the
+            # history's plots outlive the raw rows). No key: a minute may get a row from
+            # each compaction, and readers sum them.
+            f"""CREATE TABLE history_minutes (
+                namespace VARCHAR NOT NULL,
+                queue VARCHAR NOT NULL,
+                minute {_TS},
+                submitted BIGINT NOT NULL,
+                started BIGINT NOT NULL,
+                succeeded BIGINT NOT NULL,
+                failed BIGINT NOT NULL,
+                wait_p50_s DOUBLE,
+                wait_p95_s DOUBLE,
+                wait_n BIGINT NOT NULL,
+                run_p50_s DOUBLE,
+                run_n BIGINT NOT NULL
+            )""",
+        ],
+    ),
 ]
 
 

@@ -1,0 +1,104 @@
+"""Invocation counters and timing histograms, observed as the Recorder fences events.
+
+The Recorder is the one place every lifecycle event passes through once, in order, after
+fencing: a stale completion is counted as stale, never as an outcome. Times come from the
+events themselves (the server's clock) and from the invocation id, a UUIDv7 whose first
+48 bits are its submission time in milliseconds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from lakeshore.fencing import Fenced, Key
+from lakeshore.model import EventType
+
+#: Bucket bounds in seconds: from a fast UDF's few milliseconds to a long batch job.
+BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: Start times kept for invocations still running (oldest forgotten first): bounds memory
+#: when completions never come (a crash between start and end loses one run-time sample).
+MAX_RUNNING = 100_000
+_TERMINAL = {EventType.SUCCEEDED, EventType.FAILED, EventType.CANCELLED, EventType.DROPPED}
+
+
+class InvocationMetrics:
+    """Args:
+    registry: where the counters and histograms are registered.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"lakeshore_{name}", doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(f"lakeshore_{name}", doc, buckets=BUCKETS_S, registry=registry)
+
+        self.submitted = counter("invocations_submitted", "Invocations admitted to a queue.")
+        self.finished = counter(
+            "invocations_finished", "Invocations that reached an end, by outcome.", ("outcome",)
+        )
+        self.redelivered = counter(
+            "invocations_redelivered", "Claims of an invocation after its first (epoch > 1)."
+        )
+        self.stale = counter(
+            "completions_stale", "Completions of superseded attempts, recorded but not counted."
+        )
+        self.deduplicated = counter(
+            "submits_deduplicated", "Submitted invocations whose idempotency key was known."
+        )
+        self.wait = histogram(
+            "invocation_wait_seconds", "From submission to the start of the first run."
+        )
+        self.run = histogram(
+            "invocation_run_seconds", "From the start of the accepted attempt to its end."
+        )
+        self.end_to_end = histogram(
+            "invocation_end_to_end_seconds", "From submission to the invocation's end."
+        )
+        for outcome in _TERMINAL:
+            self.finished.labels(outcome.value)
+        self._started: OrderedDict[Key, datetime] = OrderedDict()
+
+    def observe(self, fenced: Fenced) -> None:
+        """Count a fenced batch (the Recorder calls it once per batch, before appending)."""
+        for ev in fenced.events:
+            key = (ev.namespace, ev.invocation_id)
+            match ev.type:
+                case EventType.SUBMITTED:
+                    self.submitted.inc()
+                case EventType.STALE:
+                    self.stale.inc()
+                case EventType.CLAIMED if (ev.epoch or 0) > 1:
+                    self.redelivered.inc()
+                case EventType.STARTED:
+                    if (ev.epoch or 1) <= 1 and (at := submitted_at(ev.invocation_id)):
+                        self.wait.observe(max(0.0, (ev.ts - at).total_seconds()))
+                    self._started[key] = ev.ts
+                    self._started.move_to_end(key)
+                    while len(self._started) > MAX_RUNNING:
+                        self._started.popitem(last=False)
+                case t if t in _TERMINAL:
+                    self._ended(key, t, ev.ts)
+
+    def _ended(self, key: Key, outcome: EventType, ts: datetime) -> None:
+        self.finished.labels(outcome.value).inc()
+        started = self._started.pop(key, None)
+        if started is not None:
+            self.run.observe(max(0.0, (ts - started).total_seconds()))
+        if at := submitted_at(key[1]):
+            self.end_to_end.observe(max(0.0, (ts - at).total_seconds()))
+
+
+def submitted_at(invocation_id: str) -> datetime | None:
+    """The submission time a UUIDv7 id carries (``None``: not a UUIDv7)."""
+    try:
+        u = uuid.UUID(invocation_id)
+    except ValueError:
+        return None
+    if u.version != 7:
+        return None
+    return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)

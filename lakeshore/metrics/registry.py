@@ -1,0 +1,52 @@
+"""One control plane's metrics: its own registry, the event counters, the scrape gauges.
+
+There is no global registry: :class:`PlaneMetrics` is built by the composition root
+(:mod:`lakeshore.plane`) and handed to what observes it, so two planes in one process
+(the tests) never share a series.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from lakeshore.metrics.controller import ControllerMetrics
+from lakeshore.metrics.gauges import QueueGauges
+from lakeshore.metrics.http_metrics import HttpMetrics
+from lakeshore.metrics.invocations import InvocationMetrics
+
+#: The ``Content-Type`` of :meth:`PlaneMetrics.render`'s text (Prometheus text 0.0.4).
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class PlaneMetrics:
+    """Args:
+    version: the running Lakeshore version (``lakeshore_build_info``).
+    """
+
+    def __init__(self, *, version: str) -> None:
+        self.registry = CollectorRegistry()
+        self.invocations = InvocationMetrics(self.registry)
+        self.controller = ControllerMetrics(self.registry)
+        self.http = HttpMetrics(self.registry)
+        info = Gauge(
+            "lakeshore_build_info", "Always 1; the version is the label.", ("version",),
+            registry=self.registry,
+        )  # fmt: skip
+        info.labels(version).set(1)
+        self._gauges: QueueGauges | None = None
+
+    def watch(self, gauges: QueueGauges) -> None:
+        """Report the queue and daemon gauges (built once the actors they ask exist)."""
+        self.registry.register(gauges)
+        self._gauges = gauges
+
+    async def render(self) -> bytes:
+        """Every metric now, in the Prometheus text format.
+
+        Raises:
+            LakeshoreError: the gauges could not be read (NATS, an actor).
+        """
+        if self._gauges is not None:
+            await self._gauges.refresh()
+        return generate_latest(self.registry)

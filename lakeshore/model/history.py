@@ -1,0 +1,53 @@
+"""History as data: a queue's activity per interval (``GET …/queues/:name/history``) and
+what a compaction of the history did."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from msgspec import Struct
+
+
+class HistoryPoint(Struct, frozen=True, kw_only=True):
+    """One interval of a queue's history (raw events and compacted minutes merged)."""
+
+    #: start of the interval (UTC)
+    ts: datetime
+    #: invocations submitted in the interval
+    submitted: int = 0
+    #: attempts started in the interval
+    started: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    #: submitted → first started, of the invocations first started in the interval (s)
+    wait_p50_s: float | None = None
+    wait_p95_s: float | None = None
+    #: last started → succeeded/failed, of the invocations that ended in the interval (s)
+    run_p50_s: float | None = None
+
+
+class QueueHistory(Struct, frozen=True, kw_only=True):
+    """The answer of ``GET /v1/namespaces/:ns/queues/:name/history``."""
+
+    queue: str
+    namespace: str
+    #: width of each interval, in seconds
+    every_s: float
+    #: oldest first, one per interval, empty intervals included
+    points: list[HistoryPoint]
+
+
+class Compacted(Struct, frozen=True, kw_only=True):
+    """What one compaction of the invocation history did."""
+
+    #: finished invocations folded into per-minute aggregates, then deleted
+    invocations: int = 0
+    #: invocation event rows deleted
+    rows: int = 0
+    #: per-minute aggregate rows written
+    minutes: int = 0
+    #: per-minute aggregate rows deleted (older than their own retention)
+    dropped_minutes: int = 0
+
+
+__all__ = ["Compacted", "HistoryPoint", "QueueHistory"]

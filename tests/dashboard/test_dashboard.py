@@ -1,0 +1,174 @@
+"""The dashboard in a real Chromium against a real control plane, real daemons and real jobs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from browsing import EXPECT_MS, README_SHOT, sign_in
+from playwright.async_api import Page, expect
+
+NS = "/v1/namespaces/default"
+
+
+async def launch(api, name: str, queues: list[str]) -> dict:
+    status, body = await api.post(f"{NS}/daemons", {"name": name, "queues": queues})
+    assert status == 202, body
+    return body["workers"][0]
+
+
+async def submit(api, queue: str, **spec) -> str:
+    status, body = await api.post(f"{NS}/queues/{queue}/invocations", spec)
+    assert status == 202, body
+    return body["ids"][0]
+
+
+async def show(page: Page, hash_: str) -> None:
+    await page.evaluate("h => { location.hash = h; }", hash_)
+
+
+async def test_sign_in_refuses_a_bad_token_and_keeps_a_good_one_in_the_session_only(
+    browser, control_plane
+):
+    page = await browser.new_page()
+    try:
+        await page.goto(control_plane.api + "/")
+        await page.get_by_label("token").fill("not-a-token")
+        await page.get_by_role("button", name="Sign in").click()
+        await expect(page.locator("#signin-error")).to_contain_text("sign in again")
+        await expect(page.locator("header")).to_be_hidden()
+        await sign_in(page, control_plane.api, control_plane.admin_token)
+        await expect(page.locator("#view h1")).to_have_text("Queues", timeout=EXPECT_MS)
+        stored = await page.evaluate("[sessionStorage.length, localStorage.length]")
+        assert stored[1] == 0 and stored[0] >= 1
+        assert await page.evaluate("sessionStorage.getItem('lakeshore.token')") == (
+            control_plane.admin_token
+        )
+    finally:
+        await page.close()
+
+
+async def test_every_view_shows_real_data(page: Page, api, screens: Path, update_readme_shot):
+    assert (await api.post(f"{NS}/queues", {"name": "web"}))[0] == 201
+    elastic = {"kind": "fully_elastic", "min": 0, "max": 1}
+    assert (await api.post(f"{NS}/queues", {"name": "gpu", "elasticity": elastic}))[0] == 201
+    assert (await api.post(f"{NS}/queues", {"name": "idle"}))[0] == 201
+    worker = await launch(api, "dash", ["web"])
+    job = await submit(api, "web", fn="os:getpid")
+    status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+    assert status == 200 and result["ok"], result
+    broken = await submit(api, "web", fn="json:loads", args=["{not json"])
+    assert (await api.get(f"{NS}/jobs/{broken}/result?wait_s=30"))[0] == 200
+    waiting = await submit(api, "idle", fn="os:getpid")
+
+    await show(page, "#/queues")
+    row = page.locator('tr[data-queue="default/web"]')
+    await expect(row.locator('[data-col="state"]')).to_have_text("active")
+    await expect(row.locator('[data-col="daemons"]')).to_have_text("1")
+    await expect(page.locator('tr[data-queue="default/idle"] [data-col="pending"]')).to_have_text(
+        "1"
+    )
+    await page.get_by_label("state").select_option("archived")
+    await expect(page.locator("tr[data-queue]")).to_have_count(0)
+    await page.get_by_label("state").select_option("")
+    await expect(page.locator("tr[data-queue]")).to_have_count(4)
+    await page.screenshot(path=screens / "queues.png", full_page=True)
+
+    await row.get_by_role("link", name="web").click()
+    await expect(page.locator("#view h1")).to_contain_text("Queue default/web")
+    await expect(page.locator('tr[data-member="dash"]')).to_contain_text(re.compile("idle|busy"))
+    await expect(page.locator("#elasticity")).to_contain_text('"kind": "fixed"')
+    await expect(page.locator('[data-key="succeeded"]')).to_have_text("1")
+    await expect(page.locator('[data-key="failed"]')).to_have_text("1")
+    await expect(page.locator("#backlog-plot path[data-series=pending]")).to_have_count(1)
+    await expect(page.get_by_role("cell", name="created", exact=True)).to_be_visible()
+    await page.screenshot(path=screens / "queue.png", full_page=True)
+    if update_readme_shot:
+        README_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(screens / "queue.png", README_SHOT)
+
+    await show(page, "#/jobs")
+    await expect(page.locator(f'tr[data-job="{job}"] [data-col="state"]')).to_have_text("succeeded")
+    await expect(page.locator(f'tr[data-job="{waiting}"]')).to_contain_text("no_members (#0)")
+    await page.screenshot(path=screens / "jobs.png", full_page=True)
+
+    await page.get_by_role("link", name=job).click()
+    await expect(page.locator("#job-state")).to_have_text("succeeded")
+    attempt = page.locator('tr[data-attempt="1"]')
+    await expect(attempt).to_contain_text(worker["id"])
+    await expect(attempt).to_contain_text("succeeded")
+    await expect(attempt.locator(".timeline .bar")).to_have_count(1)
+    await expect(page.locator("#result-value")).to_have_text(re.compile(r"^\d+$"))
+    await page.screenshot(path=screens / "job.png", full_page=True)
+
+    await show(page, f"#/job/{broken}")
+    await expect(page.locator("#job-state")).to_have_text("failed")
+    await expect(page.locator(".card .error")).to_contain_text("JSONDecodeError")
+    await expect(page.locator("#traceback")).to_contain_text("Traceback")
+
+    await show(page, f"#/job/{waiting}")
+    await expect(page.locator('[data-key="pending reason"]')).to_have_text("no_members")
+    await expect(page.locator('[data-key="position"]')).to_have_text("0")
+
+    await show(page, "#/daemons")
+    daemon = page.locator('tr[data-worker="dash"]')
+    await expect(daemon.locator('[data-col="status"]')).to_have_text(re.compile("idle|busy"))
+    await expect(daemon).to_contain_text("local")
+    await page.screenshot(path=screens / "daemons.png", full_page=True)
+
+    await show(page, "#/controller")
+    unit = page.locator('tr[data-unit="queue/gpu"]')
+    await expect(unit).to_contain_text("fully_elastic")
+    await expect(page.locator("#view p.muted")).to_contain_text("tick")
+    await page.screenshot(path=screens / "controller.png", full_page=True)
+
+
+async def test_the_drain_and_unarchive_buttons_change_the_queues_state(page: Page, api):
+    assert (await api.post(f"{NS}/queues", {"name": "etl"}))[0] == 201
+    await show(page, "#/queue/default/etl")
+    await page.get_by_role("button", name="drain").click()
+    await expect(page.locator("#queue-state")).to_have_text("draining")
+    assert (await api.get(f"{NS}/queues/etl"))[1]["state"] == "draining"
+    await page.get_by_role("button", name="unarchive").click()
+    await expect(page.locator("#queue-state")).to_have_text("active")
+    assert (await api.get(f"{NS}/queues/etl"))[1]["state"] == "active"
+
+
+async def test_editing_a_daemons_queues_reaches_the_daemon(page: Page, api):
+    for name in ("web", "batch"):
+        assert (await api.post(f"{NS}/queues", {"name": name}))[0] == 201
+    worker = await launch(api, "editor", ["web"])
+    await show(page, "#/daemons")
+    row = page.locator('tr[data-worker="editor"]')
+    await expect(row.locator('[data-col="status"]')).to_have_text(re.compile("idle|busy"))
+    await row.get_by_label("add a queue to editor").fill("batch")
+    await row.get_by_role("button", name="add").click()
+    await expect(row.locator(".chip")).to_have_text(["web×", "batch×"])
+    await row.get_by_title("remove web").click()
+    await expect(row.locator(".chip")).to_have_text(["batch×"])
+    _, seen = await api.get(f"{NS}/workers/{worker['id']}")
+    assert seen["queues"] == ["batch"]
+    _, members = await api.get(f"{NS}/queues/batch")
+    await show(page, "#/queue/default/batch")
+    await expect(page.locator('tr[data-member="editor"]')).to_be_visible()
+    assert [m["name"] for m in members["members"]] == ["editor"]
+
+    await show(page, "#/daemons")
+    await row.get_by_role("button", name="stop").click()
+    await expect(row.locator('[data-col="status"]')).to_have_text(re.compile("retiring|stopped"))
+
+
+async def test_the_jobs_view_updates_by_itself_when_a_job_finishes(page: Page, api, tmp_path: Path):
+    assert (await api.post(f"{NS}/queues", {"name": "gated"}))[0] == 201
+    await launch(api, "gatekeeper", ["gated"])
+    gate = tmp_path / "gate"
+    wait = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+    job = await submit(api, "gated", command=["sh", "-c", wait])
+    await show(page, "#/jobs?queue=gated")
+    state = page.locator(f'tr[data-job="{job}"] [data-col="state"]')
+    await expect(state).to_have_text("running")
+    loads = await page.evaluate("performance.getEntriesByType('navigation').length")
+    gate.touch()
+    await expect(state).to_have_text("succeeded")
+    assert await page.evaluate("performance.getEntriesByType('navigation').length") == loads
