@@ -1,4 +1,5 @@
-"""The web dashboard: one HTML page, one JavaScript module and one stylesheet, served as is.
+"""The web dashboard: one HTML page, three JavaScript modules (``app.js`` routes and polls,
+``views.js`` renders, ``lib.js`` helps) and one stylesheet, served as is.
 
 They need no token: they hold no data. The page signs in with a token, which it keeps in
 the browser session only, and reads everything from the token-guarded ``/v1`` routes.
@@ -21,6 +22,8 @@ PREFIX = "/dashboard/"
 #: The files served under :data:`PREFIX`, with their content types; nothing else is.
 FILES = {
     "app.js": "text/javascript",
+    "lib.js": "text/javascript",
+    "views.js": "text/javascript",
     "style.css": "text/css",
 }
 

@@ -91,6 +91,9 @@ async def test_every_view_shows_real_data(page: Page, api, screens: Path, update
     await show(page, "#/jobs")
     await expect(page.locator(f'tr[data-job="{job}"] [data-col="state"]')).to_have_text("succeeded")
     await expect(page.locator(f'tr[data-job="{waiting}"]')).to_contain_text("no_members (#0)")
+    await page.locator('select[data-filter="within"]').select_option("5m")
+    await expect(page).to_have_url(re.compile(r"within=5m"))
+    await expect(page.locator(f'tr[data-job="{job}"] [data-col="state"]')).to_have_text("succeeded")
     await page.screenshot(path=screens / "jobs.png", full_page=True)
 
     await page.get_by_role("link", name=job).click()

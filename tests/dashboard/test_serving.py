@@ -10,12 +10,12 @@ from lakeshore.http import dashboard
 ROOT = Path(__file__).parents[2]
 
 
-async def test_the_page_script_and_stylesheet_answer_without_a_token(api):
+async def test_the_page_scripts_and_stylesheet_answer_without_a_token(api):
     async with api._session.get(api.base + "/") as r:
         assert (r.status, r.content_type) == (200, "text/html")
         page = await r.text()
     assert '<script type="module" src="/dashboard/app.js">' in page
-    for name, kind in (("app.js", "text/javascript"), ("style.css", "text/css")):
+    for name, kind in dashboard.FILES.items():
         async with api._session.get(f"{api.base}/dashboard/{name}") as r:
             assert (r.status, r.content_type) == (200, kind)
 

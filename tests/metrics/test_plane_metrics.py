@@ -142,3 +142,15 @@ async def test_controller_ticks_are_timed(api):
         timeout_s=10.0,
         what="two controller ticks timed",
     )
+
+
+async def test_the_controllers_launches_are_counted_by_kind(plane_factory):
+    handle = await plane_factory(tick_s=0.2, heartbeat_s=0.2, lost_after_s=2)
+    async with handle.client() as api:
+        before = value(await scrape(api), "lakeshore_controller_actions_total", kind="launch")
+        body = {"name": "elastic", "elasticity": {"kind": "fully_elastic", "max": 1}}
+        assert (await api.post(f"/v1/namespaces/{NS}/queues", body))[0] == 201
+        ids = await submit(api, "elastic", 1)
+        await all_succeeded(api, ids)
+        after = await scrape(api)
+    assert value(after, "lakeshore_controller_actions_total", kind="launch") >= before + 1
