@@ -9,32 +9,14 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
 import yaml
 from click.testing import CliRunner
-from clirunner import Invoke, cli_for
 
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.config import write_client_config
 from lakeshore.sdk import Client
 from lakeshore.sdk import queues as sdk_queues
-
-
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """No settings leak in from the developer's environment or config files."""
-    for var in ("LAKESHORE_API", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def cli(control_plane, isolated) -> Invoke:
-    """``await cli("queues", "ls")``: the CLI with the control plane's URL and admin token
-    in the environment, as a user's shell would have them."""
-    return cli_for(control_plane)
 
 
 async def api_body(control_plane, path: str) -> Any:

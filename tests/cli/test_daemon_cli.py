@@ -5,28 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-import pytest
 from click.testing import CliRunner
-from clirunner import Invoke, cli_for
 
 from lakeshore.cli.exits import API_ERROR, OK
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import ProviderKind
 from lakeshore.sdk import Client
-
-
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for var in ("LAKESHORE_API", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def cli(control_plane, isolated) -> Invoke:
-    """``await cli(...)``: the CLI on a thread while the control plane serves on this loop."""
-    return cli_for(control_plane)
 
 
 async def workers(control_plane) -> dict[str, str]:

@@ -60,14 +60,6 @@ def test_nothing_shown_leaves_nothing_to_end(capsys: pytest.CaptureFixture[str])
     assert capsys.readouterr().err == ""
 
 
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for var in ("LAKESHORE_API", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-
-
 async def test_jobs_result_wait_shows_the_state_it_waits_in(control_plane, js, isolated):
     cli = cli_for(control_plane)
     await cli("queues", "add", "cpu-prep")

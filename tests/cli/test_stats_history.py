@@ -25,19 +25,6 @@ QUEUE = "hist"
 SECRET = "s3cret-value-never-exported"
 
 
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in ("LAKESHORE_API", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def cli(control_plane, isolated) -> Invoke:
-    return cli_for(control_plane)
-
-
 async def run_jobs(handle, cli: Invoke, js, tmp_path: Path) -> None:
     """Two succeeded jobs and one failed, run by a real ``lakeshore daemon run``, recorded."""
     async with handle.client() as api:

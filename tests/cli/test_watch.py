@@ -10,25 +10,11 @@ import json
 import re
 
 import pytest
-from clirunner import Invoke, cli_for
 
 from lakeshore.cli import watch
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.model import QueueCreate
 from lakeshore.sdk import Client
-
-
-@pytest.fixture
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    for var in ("LAKESHORE_API", "LAKESHORE_TOKEN", "LAKESHORE_NAMESPACE", "LAKESHORE_CONFIG"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def cli(control_plane, isolated) -> Invoke:
-    return cli_for(control_plane)
 
 
 @pytest.fixture
