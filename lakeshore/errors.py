@@ -315,3 +315,22 @@ class StoreFull(InsufficientStorage):
 
 
 ERRORS_BY_CODE[StoreFull.code] = StoreFull
+
+
+class NotLeader(Unavailable):
+    """This control plane is not (or no longer) the leader, so it may not write (503).
+
+    Raised when the server refuses a fenced write (a newer leader recorded its epoch) and
+    answered by standbys; ``leader_url`` is the current leader's API URL when known, for a
+    client to follow (with ``Retry-After``).
+    """
+
+    code = "not_leader"
+
+    def __init__(self, reason: str, leader_url: str | None = None) -> None:
+        self.reason, self.leader_url = reason, leader_url
+        where = f"; the leader is at {leader_url}" if leader_url else ""
+        super().__init__(f"not the leader: {reason}{where}; retry in a second")
+
+
+ERRORS_BY_CODE[NotLeader.code] = NotLeader

@@ -121,3 +121,23 @@ def result_subject(namespace: str, invocation_id: str, epoch: int | str) -> str:
 def pull_subject(namespace: str, queue: str, level: int) -> str:
     """JetStream API subject of a pull request on one level's consumer (a daemon's claim)."""
     return f"$JS.API.CONSUMER.MSG.NEXT.{queue_stream(namespace, queue)}.{level_consumer(level)}"
+
+
+#: KV bucket of the control planes' leader lease (history 1, per-message TTL, no limit
+#: markers: see :mod:`lakeshore.bus.lease`).
+LEASE_BUCKET = "LS_LEASE"
+#: The one key of :data:`LEASE_BUCKET`.
+LEASE_KEY = "leader"
+#: Subject of the epoch records in the control plane's state stream, the fence every
+#: leader write is checked against.
+STATE_EPOCH_SUBJECT = "ls.epoch"
+
+
+def lease_stream(bucket: str = LEASE_BUCKET) -> str:
+    """The JetStream stream behind a KV bucket."""
+    return f"KV_{bucket}"
+
+
+def lease_subject(bucket: str = LEASE_BUCKET, key: str = LEASE_KEY) -> str:
+    """The subject a KV key is written on (what ``kv.create`` publishes to)."""
+    return f"$KV.{bucket}.{key}"
