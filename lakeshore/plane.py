@@ -48,6 +48,7 @@ from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
+from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
 from lakeshore.store import Store, open_store
 
@@ -239,6 +240,7 @@ class ControlPlane:
             ),
             problems=lambda: _problems(bus, runtime),
             history=HistoryService(store=store, directory=directory),
+            backup=BackupService(store=store, events=events),
         )
         gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
         await gateway.start()

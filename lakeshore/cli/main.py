@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from lakeshore.cli.backup import backup, restore
 from lakeshore.cli.completion import completion
 from lakeshore.cli.compose import compose
 from lakeshore.cli.context import LakeshoreGroup
@@ -61,6 +62,8 @@ lakeshore.add_command(compose)
 lakeshore.add_command(stats)
 lakeshore.add_command(history)
 lakeshore.add_command(completion)
+lakeshore.add_command(backup)
+lakeshore.add_command(restore)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from lakeshore.http import (
+    backup,
     bus,
     controller,
     daemons,
@@ -21,7 +22,7 @@ from lakeshore.http import (
 )
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
-from lakeshore.http.state import ACCESS, FLEET, HISTORY, JOBS, PROBLEMS, QUEUES
+from lakeshore.http.state import ACCESS, BACKUP, FLEET, HISTORY, JOBS, PROBLEMS, QUEUES
 from lakeshore.metrics import PlaneMetrics
 from lakeshore.services import Services
 
@@ -39,6 +40,7 @@ ROUTE_MODULES = (
     dashboard,
     history,
     metrics,
+    backup,
 )
 #: Largest request body accepted (bytes); larger answers 413.
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -54,6 +56,7 @@ def make_app(services: Services, plane_metrics: PlaneMetrics | None = None) -> w
     app[FLEET] = services.fleet
     app[PROBLEMS] = services.problems
     app[HISTORY] = services.history
+    app[BACKUP] = services.backup
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from lakeshore.access import Access
 from lakeshore.services import FleetService, JobService, QueueService
+from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
 
 ACCESS: web.AppKey[Access] = web.AppKey("access", Access)
@@ -15,5 +16,6 @@ JOBS: web.AppKey[JobService] = web.AppKey("jobs", JobService)
 QUEUES: web.AppKey[QueueService] = web.AppKey("queues", QueueService)
 FLEET: web.AppKey[FleetService] = web.AppKey("fleet", FleetService)
 HISTORY: web.AppKey[HistoryService] = web.AppKey("history", HistoryService)
+BACKUP: web.AppKey[BackupService] = web.AppKey("backup", BackupService)
 #: what is wrong with the control plane now (empty: healthy)
 PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")

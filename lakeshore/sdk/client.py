@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakeshore.sdk.backup import BackupRoutes
 from lakeshore.sdk.call import Call
 from lakeshore.sdk.fastpath import FastPath
 from lakeshore.sdk.fleet import FleetRoutes
@@ -27,7 +28,7 @@ from lakeshore.sdk.queues import QueueRoutes
 from lakeshore.sdk.transport import api_path
 
 
-class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes):
+class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes, BackupRoutes):
     """An async client of one Lakeshore API.
 
     Args:

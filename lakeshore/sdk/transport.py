@@ -159,10 +159,15 @@ class Transport:
             raise error_from(status, raw, url) from None
 
     async def download(
-        self, path: str, dest: Path, *, params: dict[str, str | int] | None = None
+        self,
+        path: str,
+        dest: Path,
+        *,
+        params: dict[str, str | int] | None = None,
+        method: str = "GET",
     ) -> dict[str, str]:
-        """``GET path`` and write the answer's body to ``dest`` as it arrives (not into
-        memory); returns the answer's headers.
+        """``GET path`` (or ``method``) and write the answer's body to ``dest`` as it
+        arrives (not into memory); returns the answer's headers.
 
         Raises:
             as :meth:`request`; on an error answer ``dest`` is not created.
@@ -173,7 +178,7 @@ class Transport:
             )
         url = self.api + path
         try:
-            async with self._session.get(url, params=params) as resp:
+            async with self._session.request(method, url, params=params) as resp:
                 if not 200 <= resp.status < 300:
                     raise error_from(resp.status, await resp.read(), url)
                 with dest.open("wb") as f:
@@ -182,7 +187,7 @@ class Transport:
                 return dict(resp.headers)
         except TimeoutError:
             raise errors.Unavailable(
-                f"the lakeshore api at {self.api} did not answer GET {path} "
+                f"the lakeshore api at {self.api} did not answer {method} {path} "
                 f"within {self.timeout_s:g}s"
             ) from None
         except aiohttp.ClientError as exc:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lakeshore.access import Access
+from lakeshore.services.backup import BackupService
 from lakeshore.services.fleet import FleetService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.jobs import JobService
@@ -27,3 +28,5 @@ class Services:
     problems: Callable[[], list[str]]
     #: a queue's points per interval, the Parquet export
     history: HistoryService
+    #: consistent backups of the store (``POST /v1/backup``)
+    backup: BackupService

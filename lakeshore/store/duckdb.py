@@ -33,6 +33,7 @@ from lakeshore.model.providers import Provider
 from lakeshore.store import _rows
 from lakeshore.store import migrations as mig
 from lakeshore.store import providers as prov
+from lakeshore.store.backup import BackupQueries
 from lakeshore.store.history import HistoryQueries
 from lakeshore.store.jobs import JobQueries
 from lakeshore.store.keys import KeyQueries
@@ -65,7 +66,7 @@ _INSERT_QUEUE_EVENT = (
 )
 
 
-class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries):
+class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
     Uniqueness checks followed by a write are atomic without a transaction: this store is

@@ -205,6 +205,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
     # Routes whose answer is not JSON: a file the SDK saves (``history_export``, no Call),
     # and the Prometheus text a scraper reads.
     files = {("GET", "/v1/namespaces/x/history.parquet"), ("GET", "/metrics")}
+    files.add(("POST", "/v1/backup"))
     paths = (await client.openapi())["paths"]
     served = {
         (verb.upper(), re.sub(r"\{[^}/]+\}", "x", path))
