@@ -62,10 +62,10 @@ def restore(archive: Path, data_dir: Path) -> None:
     lakeshore.duckdb.before-restore-<time>; on any failure it stays as it was.
     """
     # Imported here: DuckDB and the store, which no client command needs.
-    from lakeshore.cli.server import _refuse_a_store_in_use
+    from lakeshore.cli.server import refuse_a_store_in_use
     from lakeshore.store.backup import restore as restore_store
 
-    _refuse_a_store_in_use(data_dir)
+    refuse_a_store_in_use(data_dir)
     done = restore_store(archive, data_dir)
     m = done.manifest
     click.echo(

@@ -95,7 +95,7 @@ def server(**flags: object) -> None:
     os.umask(0o077)
     try:
         settings = load_server_settings(flags)
-        _refuse_a_store_in_use(settings.data_dir)
+        refuse_a_store_in_use(settings.data_dir)
         asyncio.run(_run(settings))
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)
@@ -104,7 +104,7 @@ def server(**flags: object) -> None:
         pass
 
 
-def _refuse_a_store_in_use(data_dir: Path) -> None:
+def refuse_a_store_in_use(data_dir: Path) -> None:
     """Fail at once if another process holds the data dir's store (DuckDB locks the file),
     before anything starts: a second server would otherwise start a second NATS on the
     first one's NATS store before the store refused it.

@@ -3,13 +3,11 @@ Thin — authorise, call the BackupService, stream the file."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from lakeshore.errors import Forbidden
 from lakeshore.http.auth import caller
-from lakeshore.http.routes import Routes
+from lakeshore.http.routes import Routes, stream_file
 from lakeshore.http.state import BACKUP
 
 routes = Routes()
@@ -19,7 +17,6 @@ TAR = "application/x-tar"
 TABLES_HEADER = "X-Lakeshore-Tables"
 ROWS_HEADER = "X-Lakeshore-Rows"
 SCHEMA_HEADER = "X-Lakeshore-Schema-Version"
-_CHUNK = 256 * 1024
 
 
 @routes.route(
@@ -37,21 +34,13 @@ async def backup(request: web.Request) -> web.StreamResponse:
     done = await request.app[BACKUP].backup()
     try:
         tables = done.manifest.tables
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": TAR,
-                "Content-Disposition": 'attachment; filename="lakeshore-backup.tar"',
-                TABLES_HEADER: str(len(tables)),
-                ROWS_HEADER: str(sum(tables.values())),
-                SCHEMA_HEADER: str(done.manifest.schema_version),
-            },
-        )
-        resp.content_length = done.path.stat().st_size
-        await resp.prepare(request)
-        with done.path.open("rb") as f:
-            while chunk := await asyncio.to_thread(f.read, _CHUNK):
-                await resp.write(chunk)
-        await resp.write_eof()
-        return resp
+        headers = {
+            "Content-Type": TAR,
+            "Content-Disposition": 'attachment; filename="lakeshore-backup.tar"',
+            TABLES_HEADER: str(len(tables)),
+            ROWS_HEADER: str(sum(tables.values())),
+            SCHEMA_HEADER: str(done.manifest.schema_version),
+        }
+        return await stream_file(request, done.path, headers)
     finally:
         done.remove()

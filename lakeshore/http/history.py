@@ -3,13 +3,11 @@ Parquet. Thin — decode, authorise, call the HistoryService, encode."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from lakeshore.durations import parse_duration
 from lakeshore.http.auth import namespace
-from lakeshore.http.routes import Routes, reply
+from lakeshore.http.routes import Routes, reply, stream_file
 from lakeshore.http.state import HISTORY
 from lakeshore.model import validate_name
 from lakeshore.model.history import QueueHistory
@@ -19,7 +17,6 @@ routes = Routes()
 PARQUET = "application/vnd.apache.parquet"
 #: The header that tells a client how many rows the Parquet file holds.
 ROWS_HEADER = "X-Lakeshore-Rows"
-_CHUNK = 256 * 1024
 
 
 def _duration(request: web.Request, key: str, default: str) -> float:
@@ -56,15 +53,7 @@ async def export(request: web.Request) -> web.StreamResponse:
     since_s = _duration(request, "since", "1d")
     done = await request.app[HISTORY].export(ns.name, queue, since_s)
     try:
-        resp = web.StreamResponse(
-            headers={"Content-Type": PARQUET, ROWS_HEADER: str(done.rows)},
-        )
-        resp.content_length = done.path.stat().st_size
-        await resp.prepare(request)
-        with done.path.open("rb") as f:
-            while chunk := await asyncio.to_thread(f.read, _CHUNK):
-                await resp.write(chunk)
-        await resp.write_eof()
-        return resp
+        headers = {"Content-Type": PARQUET, ROWS_HEADER: str(done.rows)}
+        return await stream_file(request, done.path, headers)
     finally:
         done.remove()

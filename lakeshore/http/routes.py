@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
@@ -69,6 +71,25 @@ async def decode_body(request: web.Request, type_: type[T]) -> T:
 
 
 _encoder = msgspec.json.Encoder()
+
+
+#: Bytes read from disk per write of a streamed file answer.
+_FILE_CHUNK = 256 * 1024
+
+
+async def stream_file(
+    request: web.Request, path: Path, headers: dict[str, str]
+) -> web.StreamResponse:
+    """Answer the file at ``path`` with ``headers``, read off the event loop a chunk at a
+    time (never whole into memory)."""
+    resp = web.StreamResponse(headers=headers)
+    resp.content_length = path.stat().st_size
+    await resp.prepare(request)
+    with path.open("rb") as f:
+        while chunk := await asyncio.to_thread(f.read, _FILE_CHUNK):
+            await resp.write(chunk)
+    await resp.write_eof()
+    return resp
 
 
 def reply(payload: Any, status: int = 200) -> web.Response:

@@ -118,10 +118,7 @@ class Transport:
             Unavailable: the API cannot be reached or did not answer within ``timeout_s``.
             Invalid: ``api`` is not an http(s) URL.
         """
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
-            )
+        session = self._open()
         url = self.api + path
         encoded = None if json is None else msgspec.json.encode(json)
         headers = None if encoded is None else {"Content-Type": "application/json"}
@@ -130,7 +127,7 @@ class Transport:
         if encoded is not None and len(encoded) > _STREAM_BODY_BYTES:
             data = io.BytesIO(encoded)
         try:
-            async with self._session.request(
+            async with session.request(
                 method, url, data=data, params=params, headers=headers
             ) as resp:
                 raw = await resp.read()
@@ -139,16 +136,8 @@ class Transport:
             raise errors.Invalid(
                 f"invalid api url {self.api!r} ({exc}); pass --api http://HOST:PORT"
             ) from None
-        except TimeoutError:
-            raise errors.Unavailable(
-                f"the lakeshore api at {self.api} did not answer {method} {path} "
-                f"within {self.timeout_s:g}s"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise errors.Unavailable(
-                f"cannot reach the lakeshore api at {self.api} ({_reason(exc)}); start one with "
-                "`lakeshore server` or point --api (or LAKESHORE_API) at a running one"
-            ) from None
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._unavailable(exc, method, path) from None
         if not 200 <= status < 300:
             raise error_from(status, raw, url)
         if not raw:
@@ -172,28 +161,38 @@ class Transport:
         Raises:
             as :meth:`request`; on an error answer ``dest`` is not created.
         """
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
-            )
+        session = self._open()
         url = self.api + path
         try:
-            async with self._session.request(method, url, params=params) as resp:
+            async with session.request(method, url, params=params) as resp:
                 if not 200 <= resp.status < 300:
                     raise error_from(resp.status, await resp.read(), url)
                 with dest.open("wb") as f:
                     async for chunk in resp.content.iter_chunked(256 * 1024):
                         await asyncio.to_thread(f.write, chunk)
                 return dict(resp.headers)
-        except TimeoutError:
-            raise errors.Unavailable(
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise self._unavailable(exc, method, path) from None
+
+    def _open(self) -> aiohttp.ClientSession:
+        """The client's HTTP session, opened on first use."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        return self._session
+
+    def _unavailable(self, exc: BaseException, method: str, path: str) -> errors.Unavailable:
+        """The error of a request that got no answer: timed out, or the API unreachable."""
+        if isinstance(exc, TimeoutError):
+            return errors.Unavailable(
                 f"the lakeshore api at {self.api} did not answer {method} {path} "
                 f"within {self.timeout_s:g}s"
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise errors.Unavailable(
-                f"cannot reach the lakeshore api at {self.api} ({_reason(exc)})"
-            ) from None
+            )
+        return errors.Unavailable(
+            f"cannot reach the lakeshore api at {self.api} ({_reason(exc)}); start one with "
+            "`lakeshore server` or point --api (or LAKESHORE_API) at a running one"
+        )
 
     def _ns(self, namespace: str | None, *segments: str) -> str:
         """The path of ``segments`` under ``namespace`` (default: the client's)."""
