@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -33,3 +34,15 @@ def new_id() -> str:
     rand_b = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
     value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
     return str(uuid.UUID(int=value))
+
+
+def submitted_at(invocation_id: str) -> datetime | None:
+    """The submission time an id made by :func:`new_id` carries (its first 48 bits, in
+    milliseconds); ``None`` for an id that is not a UUIDv7."""
+    try:
+        u = uuid.UUID(invocation_id)
+    except ValueError:
+        return None
+    if u.version != 7:
+        return None
+    return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)

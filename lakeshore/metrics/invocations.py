@@ -8,13 +8,13 @@ events themselves (the server's clock) and from the invocation id, a UUIDv7 whos
 
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from lakeshore.fencing import Fenced, Key
+from lakeshore.ids import submitted_at
 from lakeshore.model import EventType
 
 #: Bucket bounds in seconds: from a fast UDF's few milliseconds to a long batch job.
@@ -91,14 +91,3 @@ class InvocationMetrics:
             self.run.observe(max(0.0, (ts - started).total_seconds()))
         if at := submitted_at(key[1]):
             self.end_to_end.observe(max(0.0, (ts - at).total_seconds()))
-
-
-def submitted_at(invocation_id: str) -> datetime | None:
-    """The submission time a UUIDv7 id carries (``None``: not a UUIDv7)."""
-    try:
-        u = uuid.UUID(invocation_id)
-    except ValueError:
-        return None
-    if u.version != 7:
-        return None
-    return datetime.fromtimestamp((u.int >> 80) / 1000, UTC)
