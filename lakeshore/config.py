@@ -104,13 +104,21 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     metrics_per_queue: Annotated[str, Meta(pattern=METRICS_PER_QUEUE)] = "top:100"
     """Which queues get series of their own: ``all``, ``top:N`` (the N with the most
     pending plus running; the rest summed as queue ``_other``) or ``none`` (no queue label)."""
+    api_url: str | None = None
+    """The URL clients reach this control plane's API at, which standbys name when they send
+    clients to the leader; default ``http://<host>:<port>`` (the machine's name for a
+    wildcard host)."""
+    lease_ttl_s: Annotated[int, Meta(ge=1, le=60)] = 3
+    """The leader lease's time to live, in whole seconds: a standby takes over this long
+    after the leader stops renewing it (the leader renews every third of it)."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Where the CLI and SDK send requests, and as whom."""
 
     api: str = "http://127.0.0.1:8080"
-    """Base URL of the HTTP API, without a trailing slash."""
+    """Base URL of the HTTP API, without a trailing slash; or several control planes' URLs
+    separated by commas, among which the client follows the leader."""
     token: str | None = None
     """Bearer token; ``None`` sends no credentials."""
     namespace: str = "default"
@@ -122,7 +130,8 @@ class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 class _ClientFile(Struct, frozen=True, forbid_unknown_fields=True):
     """A client config file: :class:`ClientSettings` keys plus ``nats_url``, all optional."""
 
-    api: str | UnsetType = UNSET
+    #: One URL, several separated by commas, or a list of them.
+    api: str | list[str] | UnsetType = UNSET
     token: str | UnsetType = UNSET
     namespace: str | UnsetType = UNSET
     output: Literal["table", "json", "yaml"] | UnsetType = UNSET
@@ -142,6 +151,7 @@ _SERVER_ENV = {
     "LAKESHORE_REPLICAS": "replicas",
     "LAKESHORE_FAULT_POINTS": "fault_points",
     "LAKESHORE_METRICS_PORT": "metrics_port",
+    "LAKESHORE_API_URL": "api_url",
 }
 _CLIENT_ENV = {
     "LAKESHORE_API": "api",
@@ -224,6 +234,8 @@ def load_client_settings(
     layers: list[dict[str, Any]] = [from_flags, _from_env(env, _CLIENT_ENV)]
     for path in _client_files(env, cwd or Path.cwd()):
         data = _convert(read_toml(path), _ClientFile, str(path), strict=True)
+        if isinstance(data.api, list):
+            data = msgspec.structs.replace(data, api=",".join(data.api))
         layers.append(msgspec.structs.asdict(data))
     merged: dict[str, Any] = {}
     for layer in reversed(layers):

@@ -9,8 +9,11 @@ rebuilt from DuckDB and every stream re-ensured.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,21 +31,27 @@ from lakeshore.actors.recorder import Recorder
 from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.connection import connect_nats
 from lakeshore.bus.events import EventFeed
+from lakeshore.bus.lease import Elector, Lease, ensure_bucket
 from lakeshore.bus.nats import NatsBus
+from lakeshore.bus.state import StateLog, StateTail, ensure_state_stream
+from lakeshore.bus.subjects import EVENTS_STREAM, RECORDER_CONSUMER, STATE_STREAM
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.controller import ControllerSettings
 from lakeshore.datadir import secure_data_dir
-from lakeshore.errors import LakeshoreError
+from lakeshore.errors import LakeshoreError, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
-from lakeshore.http.errors import MAX_LINE_BYTES
+from lakeshore.http.doors import Doors
 from lakeshore.http.metrics import scrape_app
+from lakeshore.http.standby import leading_middleware, standby_app
 from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
 from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.providers.slurm import SlurmProvider
 from lakeshore.providers.ssh import SshProvider
+from lakeshore.replica.identity import LeaderUrl, advertised_api, read_replica_id
+from lakeshore.replica.projector import LeaderWrites, Projector, StandbyWrites, seed
 from lakeshore.security.callout import CALLOUT_GROUP, CALLOUT_SUBJECT, Callout, Identities
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
@@ -51,8 +60,20 @@ from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
 from lakeshore.store import Store, open_store
+from lakeshore.store.images import EVENTS_LOG
 
 log = logging.getLogger(__name__)
+
+#: How long ``start`` waits to lead, or to see another plane lead (seconds).
+SETTLE_TIMEOUT_S = 60.0
+#: How long a new leader waits for its file to apply the stream up to its epoch (seconds).
+CATCH_UP_TIMEOUT_S = 300.0
+#: JetStream API timeouts of the lease's and the state log's requests (seconds).
+LEASE_API_TIMEOUT_S = 1.0
+STATE_API_TIMEOUT_S = 3.0
+#: Idempotency keys stay in the state stream this much longer than they name an
+#: invocation (seconds), so no replica's file drops one before its time.
+KEY_TTL_MARGIN_S = 3600
 
 
 def controller_settings(settings: ServerSettings) -> ControllerSettings:
@@ -66,8 +87,25 @@ def controller_settings(settings: ServerSettings) -> ControllerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class Replica:
+    """What every control plane runs, leader or standby: its file and the projections
+    that keep it up with the streams, and its candidacy for the lease."""
+
+    store: Store
+    bus: NatsBus
+    nats: PlaneNats
+    events: EventFeed
+    runtime: Runtime
+    recorder: ActorRef[Any]
+    state: StateLog
+    projector: Projector
+    lease: Lease
+    metrics: PlaneMetrics
+
+
+@dataclass(frozen=True, slots=True)
 class Parts:
-    """Everything a started control plane runs (for the plane itself, and for tests that
+    """Everything a leading control plane runs (for the plane itself, and for tests that
     look behind the API)."""
 
     bus: NatsBus
@@ -87,10 +125,19 @@ class Parts:
     sessions: Sessions
     #: what ``GET /metrics`` reports
     metrics: PlaneMetrics | None = None
+    #: the leadership term's epoch (strictly greater than every earlier leader's)
+    epoch: int = 0
 
 
 class ControlPlane:
-    """Everything ``lakeshore server`` runs, in one process."""
+    """Everything ``lakeshore server`` runs, in one process.
+
+    Every control plane keeps its own DuckDB file up with the replicated streams (the
+    :class:`Replica`) and campaigns for the leader lease; the one that holds it runs the
+    actors, the gateway and the API (the :class:`Parts` of its term), the others answer
+    ``503 not_leader`` with its URL. Alone (the embedded default) a control plane is
+    elected as it starts.
+    """
 
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
@@ -101,28 +148,54 @@ class ControlPlane:
         #: the ``metrics_port`` listener's ``/metrics`` URL (empty: none)
         self.metrics_url = ""
         self._stack = contextlib.AsyncExitStack()
+        self._replica: Replica | None = None
         self._parts: Parts | None = None
+        self._term: contextlib.AsyncExitStack | None = None
+        self._doors: Doors | None = None
+        self._roles: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._leader_url = LeaderUrl()
+        self._standby_app = standby_app(self._leader_url.get, self._applied)
+        #: what the API serves now: the leader's app, or the standby's
+        self._app = self._standby_app
 
     @property
     def parts(self) -> Parts:
         if self._parts is None:
-            raise RuntimeError("the control plane is not started")
+            raise RuntimeError("the control plane is not started, or does not lead")
         return self._parts
 
+    @property
+    def replica(self) -> Replica:
+        if self._replica is None:
+            raise RuntimeError("the control plane is not started")
+        return self._replica
+
+    @property
+    def leading(self) -> bool:
+        return self._parts is not None
+
+    async def leader_url(self) -> str | None:
+        """The leader's API URL (this plane's own when it leads)."""
+        return await self._leader_url.get()
+
+    def _applied(self) -> int:
+        return 0 if self._replica is None else self._replica.store.state_position
+
     async def start(self) -> None:
-        """Start NATS (embedded unless ``nats_url``), open the store, spawn the actors.
+        """Start NATS (embedded unless ``nats_url``), open the store, follow the streams,
+        campaign; return once this plane leads, or another does.
 
         On failure, whatever was started is stopped again before the error propagates.
         """
         try:
-            self._parts = await self._build(self._stack)
+            self._replica = await self._build_replica(self._stack)
+            await self._settle()
         except BaseException:
             await self.stop()
             raise
 
-    async def _build(self, stack: contextlib.AsyncExitStack) -> Parts:
+    async def _build_replica(self, stack: contextlib.AsyncExitStack) -> Replica:
         settings = self.settings
-        faults = Faults(settings.fault_points)
         # The store, the daemons' logs and the NATS store hold arguments, commands and
         # their output: the data dir is the server user's alone.
         secure_data_dir(self.data_dir)
@@ -130,6 +203,8 @@ class ControlPlane:
         # locked), before it starts a NATS server on the first one's NATS store.
         store = await open_store(self.data_dir / "lakeshore.duckdb")
         stack.push_async_callback(store.close)
+        store.key_ttl_s = int(settings.idempotency_ttl_s) + KEY_TTL_MARGIN_S
+        store.write_through(StandbyWrites())
         nats = await start_nats(settings, self.data_dir, stack)
         self.nats_url = nats.url
         bus = await NatsBus.connect(
@@ -139,11 +214,22 @@ class ControlPlane:
             ack_wait_s=settings.ack_wait_s,
         )
         stack.push_async_callback(bus.close)
-        gate = Access(store)
-        self.admin_token = await gate.bootstrap()
-        daemons, sessions = await _close_the_bus(nats, bus, gate, store, settings, stack)
-        # The events stream must exist before any queue actor publishes to it.
-        events = EventFeed(bus.nc, replicas=settings.replicas)
+        js = bus.nc.jetstream(timeout=5)
+        await _ensure(ensure_state_stream(js, replicas=settings.replicas), "the state stream")
+        await _ensure(ensure_bucket(js, replicas=settings.replicas), "the leader lease")
+        replica_id = read_replica_id(self.data_dir)
+        state = StateLog(bus.nc.jetstream(timeout=STATE_API_TIMEOUT_S), key_ttl_s=store.key_ttl_s)
+        projector = Projector(store, StateTail(bus.nc), js)
+        await _ensure(projector.start(), "the state projector")
+        stack.push_async_callback(projector.stop)
+        # The events stream must exist before any queue actor publishes to it. Each
+        # control plane projects it into its own file through a consumer of its own.
+        events = EventFeed(
+            bus.nc,
+            replicas=settings.replicas,
+            consumer=f"{RECORDER_CONSUMER}-{replica_id}",
+            start_after=await store.log_position(EVENTS_LOG),
+        )
         await events.ensure()
         runtime = Runtime(
             ask_timeout_s=settings.ask_timeout_s,
@@ -152,13 +238,145 @@ class ControlPlane:
         stack.push_async_callback(runtime.shutdown)
         metrics = PlaneMetrics(version=__version__)
         recorder = await runtime.spawn(
-            Recorder(store, events, faults=faults, compactor=store, metrics=metrics.invocations)
-        )
+            Recorder(store, events, compactor=store, metrics=metrics.invocations,
+                     faults=Faults(settings.fault_points))
+        )  # fmt: skip
         retention = Compact(
             raw_keep_s=keep_s(settings.history_retention_days),
             minutes_keep_s=keep_s(settings.history_aggregate_retention_days),
         )
         runtime.every(settings.history_compact_every_s, recorder, retention)
+        # Short JetStream timeouts for the lease: a candidate asks again every tenth of a
+        # second, and a lost NATS node must not hold a campaign for seconds per attempt.
+        lease = Lease(
+            bus.nc.jetstream(timeout=LEASE_API_TIMEOUT_S), replica_id, settings.api_url or "",
+            settings.lease_ttl_s, replicas=settings.replicas,
+        )  # fmt: skip
+        self._leader_url.lease = lease
+        # Unwound in reverse: a stopping leader ends its term while it still holds the
+        # lease (its last writes, e.g. daemons' final heartbeats, are still taken), then
+        # resigns, so a standby takes over at once rather than after the lease's TTL.
+        elector = Elector(lease, on_elected=self._elected, on_deposed=self._deposed)
+        await stack.enter_async_context(elector)
+        roles = asyncio.create_task(self._follow_roles(), name="roles")
+        stack.push_async_callback(self._stop_roles, roles)
+        return Replica(
+            store=store, bus=bus, nats=nats, events=events, runtime=runtime, recorder=recorder,
+            state=state, projector=projector, lease=lease, metrics=metrics,
+        )  # fmt: skip
+
+    async def _settle(self) -> None:
+        """Wait until this plane leads, or another plane holds the lease."""
+        lease = self.replica.lease
+        async with asyncio.timeout(SETTLE_TIMEOUT_S):
+            while self._parts is None:
+                holder = await lease.leader()
+                if holder is not None and holder.holder_id != lease.holder_id:
+                    who = holder.url or f"control plane {holder.holder_id}"
+                    log.info("standing by: %s leads (epoch %d)", who, holder.epoch)
+                    return
+                await asyncio.sleep(0.02)
+
+    # ---- leadership ---------------------------------------------------------------------
+
+    async def _elected(self, epoch: int) -> None:
+        self._roles.put_nowait(("lead", epoch))
+
+    async def _deposed(self, reason: str) -> None:
+        self._roles.put_nowait(("follow", reason))
+
+    async def _follow_roles(self) -> None:
+        """Take the terms the elector hands out, one at a time, in order."""
+        while True:
+            role, arg = await self._roles.get()
+            if role == "follow":
+                await self._follow(arg)
+                continue
+            try:
+                await self._lead(arg)
+            except Exception as e:
+                level = logging.WARNING if isinstance(e, LakeshoreError) else logging.ERROR
+                log.log(level, "could not take over as leader (epoch %d): %s", arg, e,
+                        exc_info=not isinstance(e, LakeshoreError))  # fmt: skip
+                await self._follow(f"the takeover failed: {e}")
+                with contextlib.suppress(Exception):
+                    await self.replica.lease.resign()
+
+    async def _lead(self, epoch: int) -> None:
+        """Record the epoch, catch the file up past it, then start serving as leader."""
+        replica = self.replica
+        began = time.monotonic()
+        fence = await _begin(replica, epoch)
+        await replica.projector.applied(fence, timeout_s=CATCH_UP_TIMEOUT_S)
+        # From here the file is written by this plane's own commits only.
+        await replica.projector.stop()
+        replica.store.write_through(LeaderWrites(replica.state, replica.projector))
+        term = contextlib.AsyncExitStack()
+        try:
+            await seed(replica.store, replica.state)
+            parts = await self._build_term(term, epoch)
+        except BaseException:
+            await term.aclose()
+            raise
+        self._term, self._parts = term, parts
+        self._app = make_app(
+            parts.services,
+            parts.metrics,
+            leading=leading_middleware(
+                lambda: self._parts is parts, self._leader_url.get, self._applied
+            ),
+        )
+        if self._doors is not None:
+            await self._doors.refresh()
+        log.info(
+            "leading with epoch %d (state stream at %d) after %.2fs",
+            epoch, fence, time.monotonic() - began,
+        )  # fmt: skip
+
+    async def _follow(self, reason: str, *, still_leading: bool = False) -> None:
+        """Stop everything the term ran; answer as a standby.
+
+        Args:
+            still_leading: the lease is still held (the plane stops): the term's last
+                writes are still taken while it ends.
+        """
+        replica = self.replica
+        if not still_leading:
+            replica.store.write_through(StandbyWrites())
+        term, self._term, self._parts = self._term, None, None
+        if term is not None:
+            # The term's app stays served, answering not_leader (no connection is cut),
+            # until a next term's replaces it.
+            log.log(logging.INFO if still_leading else logging.WARNING, "stepping down: %s", reason)
+            await term.aclose()
+        replica.store.write_through(StandbyWrites())
+        if not still_leading:
+            # A standby follows the stream again from where its file is.
+            await _ensure(replica.projector.start(), "the state projector")
+
+    async def _stop_roles(self, roles: asyncio.Task[None]) -> None:
+        roles.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await roles
+        await self._follow("the control plane stops", still_leading=True)
+
+    async def _build_term(self, stack: contextlib.AsyncExitStack, epoch: int) -> Parts:
+        """The actors, services and gateway of one leadership term."""
+        settings = self.settings
+        replica = self.replica
+        store, bus, events, nats = replica.store, replica.bus, replica.events, replica.nats
+        faults = Faults(settings.fault_points)
+        gate = Access(store)
+        created = await gate.bootstrap()
+        if created is not None:
+            self.admin_token = created
+        daemons, sessions = await _close_the_bus(nats, bus, gate, store, settings, stack)
+        runtime = Runtime(
+            ask_timeout_s=settings.ask_timeout_s,
+            backoff_s=(settings.restart_backoff_s, 2.0, max(30.0, settings.restart_backoff_s)),
+        )
+        stack.push_async_callback(runtime.shutdown)
+        metrics, recorder = replica.metrics, replica.recorder
         workers = await runtime.spawn(
             WorkerRegistry(
                 store,
@@ -238,9 +456,10 @@ class ControlPlane:
                 daemons=daemons,
                 quotas=settings.quotas,
             ),
-            problems=lambda: _problems(bus, runtime),
+            problems=lambda: _problems(bus, runtime, replica.runtime),
             history=HistoryService(store=store, directory=directory),
-            backup=BackupService(store=store, events=events),
+            backup=BackupService(store=store, events=events, streams=(EVENTS_STREAM, STATE_STREAM)),
+            replica=lambda: (epoch, replica.store.state_position),
         )
         gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
         await gateway.start()
@@ -255,26 +474,22 @@ class ControlPlane:
             bus=bus, events=events, store=store, access=gate, runtime=runtime,
             recorder=recorder, workers=workers, launcher=launcher, controller=controller,
             directory=directory, providers=providers, services=services, sessions=sessions,
-            metrics=metrics,
+            metrics=metrics, epoch=epoch,
         )  # fmt: skip
 
     async def serve(self) -> str:
-        """Serve the HTTP API; returns its base URL (the real port when 0 was asked)."""
-        runner = web.AppRunner(
-            make_app(self.parts.services, self.parts.metrics),
-            handle_signals=False,
-            access_log=None,
-            max_line_size=MAX_LINE_BYTES,
-        )
-        await runner.setup()
-        self._stack.push_async_callback(runner.cleanup)
-        site = web.TCPSite(runner, self.settings.host, self.settings.port)
-        await site.start()
-        port = runner.addresses[0][1]
-        self.api = f"http://{self.settings.host}:{port}"
+        """Serve the HTTP API (the whole API while leading, ``503 not_leader`` otherwise);
+        returns its base URL (the real port when 0 was asked)."""
+        settings = self.settings
+        doors = Doors(settings.host, settings.port, lambda: self._app)
+        self._stack.push_async_callback(doors.close)
+        self._doors = doors
+        await doors.refresh()
+        self.api = f"http://{settings.host}:{doors.port}"
+        self.replica.lease.advertise(settings.api_url or advertised_api(settings.host, doors.port))
         log.info("serving the API on %s", self.api)
-        if self.settings.metrics_port is not None and self.parts.metrics is not None:
-            self.metrics_url = await self._serve_metrics(self.parts.metrics)
+        if settings.metrics_port is not None:
+            self.metrics_url = await self._serve_metrics(self.replica.metrics)
         return self.api
 
     async def _serve_metrics(self, metrics: PlaneMetrics) -> str:
@@ -350,7 +565,33 @@ async def _halt(controller: ActorRef[Any]) -> None:
         log.warning("controller not halted: %s", e)
 
 
-def _problems(bus: NatsBus, runtime: Runtime) -> list[str]:
+def _problems(bus: NatsBus, *runtimes: Runtime) -> list[str]:
     """What ``/v1/healthz`` reports as wrong now."""
     out = [] if bus.connected else ["NATS is not connected"]
-    return out + [f"actor {name} is down ({why})" for name, why in sorted(runtime.down().items())]
+    down = {name: why for runtime in runtimes for name, why in runtime.down().items()}
+    return out + [f"actor {name} is down ({why})" for name, why in sorted(down.items())]
+
+
+async def _begin(replica: Replica, epoch: int) -> int:
+    """Record ``epoch`` in the state stream, asking again while the stream has no leader
+    (a NATS node was lost with the control plane) for as long as the lease is ours."""
+    while True:
+        try:
+            return await replica.state.begin(epoch)
+        except LakeshoreError:
+            raise
+        except Exception as e:  # nats-py's timeouts and 503s while JetStream elects
+            if replica.lease.epoch != epoch:
+                raise Unavailable(f"the lease was lost while recording epoch {epoch}") from e
+            log.info("takeover: the state stream does not answer yet (%s); asking again", e)
+            await asyncio.sleep(0.1)
+
+
+async def _ensure(step: Awaitable[Any], what: str) -> Any:
+    """Run a start-up step against NATS, naming it when NATS fails."""
+    try:
+        return await step
+    except LakeshoreError:
+        raise
+    except Exception as e:  # nats-py's errors have no common base with OSError/TimeoutError
+        raise Unavailable(f"cannot set up {what}: {type(e).__name__}: {e}") from e

@@ -127,15 +127,17 @@ async def plane_factory(nats_server, tmp_path: Path):
     finally:
         for handle in started:
             await handle.stop()
-        await _delete_queue_streams(nats_server.url)
+        await delete_lakeshore_streams(nats_server.url)
 
 
-async def _delete_queue_streams(url: str) -> None:
+async def delete_lakeshore_streams(url: str) -> None:
     nc = await plane_nats(url)
     try:
         js = nc.jetstream()
         for name in await js.streams_info():
-            if name.config.name.startswith("LS_"):
+            # The queues, the events and the rows (LS_STATE), and the leader lease: the
+            # next test's control plane starts on a clean slate, and leads at once.
+            if name.config.name.startswith(("LS_", "KV_LS_LEASE")):
                 await js.delete_stream(name.config.name)
     finally:
         await nc.close()

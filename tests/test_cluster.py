@@ -5,12 +5,10 @@ includes, the control plane authenticates with them and speaks TLS."""
 from __future__ import annotations
 
 import asyncio
-import re
-import socket
-from pathlib import Path
 
 import natsauth
 import pytest
+from nats_cluster import start_cluster
 from polling import eventually
 
 from lakeshore.actors.directory import CreateQueue
@@ -24,43 +22,11 @@ from lakeshore.plane import ControlPlane
 # garbage collector finds it, whichever test runs then. Nothing here depends on it.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-
-CONFS = sorted((DEPLOY / "nats").glob("n*.conf"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _local_conf(conf: Path, tmp: Path, cluster_ports: list[int], index: int) -> Path:
-    """The deploy config with loopback addresses, free ports and a temporary store."""
-    text = conf.read_text()
-    # The store comes from -sd (the launcher's flag), which may not be given twice.
-    text = text.replace("store_dir: /data/nats\n", "")
-    text = re.sub(r"listen: 0\.0\.0\.0:6222", f"listen: 127.0.0.1:{cluster_ports[index]}", text)
-    text = re.sub(r"http: .*\n", "", text)
-    for i, port in enumerate(cluster_ports):
-        text = text.replace(f"nats-route://nats-{i + 1}:6222", f"nats-route://127.0.0.1:{port}")
-    out = tmp / conf.name
-    out.write_text(text)
-    return out
-
 
 async def test_deploy_cluster_serves_r3_queues_through_a_node_loss(nats_server_factory, tmp_path):
-    assert len(CONFS) == 3
-    files = natsauth.cluster_files(tmp_path / "secrets")
+    cluster = await start_cluster(nats_server_factory, tmp_path)
+    nodes, files = cluster.nodes, cluster.files
     assert files.ca is not None
-    cluster_ports = [_free_port() for _ in CONFS]
-    confs = [_local_conf(c, tmp_path, cluster_ports, i) for i, c in enumerate(CONFS)]
-    nodes = await asyncio.gather(
-        *(
-            nats_server_factory(store_dir=tmp_path / f"store-{i}", config_file=c)
-            for i, c in enumerate(confs)
-        )
-    )
     url = ",".join(n.url for n in nodes)
     # Plain text is refused: every node speaks TLS only.
     for node in nodes:

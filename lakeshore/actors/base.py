@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -49,6 +49,23 @@ class Actor(Generic[M]):
 
     async def handle(self, msg: M) -> Any:
         raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """An answer not ready yet, which ``handle`` may return: the actor takes its next
+    message at once, and the asker is answered when ``answer`` completes (with its result,
+    or its :class:`~lakeshore.errors.LakeshoreError`). For a write under way whose state
+    the actor has already taken in memory: a burst of them goes to the store together."""
+
+    answer: Awaitable[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Crashed:
+    """Put in the inbox when a :class:`Later` answer failed with a bug."""
+
+    error: BaseException
 
 
 @dataclass(slots=True)
@@ -81,6 +98,8 @@ class ActorRef(Generic[M]):
         self.down: str | None = None
         #: restarts since it was spawned (each crash, and each retry after a back-off)
         self.restarts = 0
+        #: answers still to come (:class:`Later`)
+        self._later: set[asyncio.Future[None]] = set()
 
     def tell(self, msg: M) -> None:
         """Send without waiting for an answer."""
@@ -117,6 +136,10 @@ class ActorRef(Generic[M]):
         self._ready.set_result(None)
         try:
             while (env := await self._inbox.get()) is not None:
+                if isinstance(env.msg, _Crashed):
+                    if not await self._restart():
+                        return
+                    continue
                 try:
                     result = await actor.handle(env.msg)
                 except LakeshoreError as e:
@@ -130,9 +153,28 @@ class ActorRef(Generic[M]):
                     if not await self._restart():
                         return
                 else:
-                    _settle(env, result=result)
+                    if isinstance(result, Later):
+                        later = asyncio.ensure_future(self._answer_later(env, result.answer))
+                        self._later.add(later)
+                        later.add_done_callback(self._later.discard)
+                    else:
+                        _settle(env, result=result)
         finally:
             await actor.stopped()
+
+    async def _answer_later(self, env: _Envelope, answer: Awaitable[Any]) -> None:
+        try:
+            result = await answer
+        except LakeshoreError as e:
+            _settle(env, error=e)
+        except Exception as e:
+            # A bug, as if ``handle`` had raised it: the actor restarts (before its next
+            # message, once those already queued are handled).
+            log.exception("%s failed answering %s later; restarting", self.actor_name, env.msg)
+            self._inbox.put_nowait(_Envelope(_Crashed(e)))
+            _settle(env, error=Internal(f"{self.actor_name} failed; see the server log"))
+        else:
+            _settle(env, result=result)
 
     async def _restart(self) -> bool:
         """Rebuild the actor after a crash, backing off while it keeps failing.

@@ -19,6 +19,7 @@ of each namespace is read from the store once, then kept (a namespace never chan
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import msgspec
 from msgspec import Struct
 
 from lakeshore import quotas
-from lakeshore.actors.base import Actor
+from lakeshore.actors.base import Actor, Later
 from lakeshore.errors import AlreadyExists, Invalid, LakeshoreError, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
@@ -317,8 +318,26 @@ class WorkerRegistry(Actor[WorkerMsg]):
             started_at=existing.started_at if existing else ts,
             placement=existing.placement if existing else {},
         )
-        await self._save(worker)
+        # Taken in memory now and answered once stored: the registrations of a fleet
+        # starting at once reach the store together (one batch, not one write each).
+        before = self._rows.get(worker.id)
+        self._rows[worker.id] = worker
+        self._unsaved.discard(worker.id)
         self._launch_clock.pop(worker.id, None)
+        saving = asyncio.ensure_future(self._store.upsert_worker(worker))
+        await asyncio.sleep(0)  # the write joins the store's queue before the next message's
+        return Later(self._registered(worker, before, saving))
+
+    async def _registered(self, worker: Worker, before: Worker | None, saving: Any) -> Worker:
+        try:
+            await saving
+        except LakeshoreError:
+            if self._rows.get(worker.id) is worker:  # nothing newer taken meanwhile
+                if before is None:
+                    del self._rows[worker.id]
+                else:
+                    self._rows[worker.id] = before
+            raise
         log.info("worker %s (%s) registered in %s", worker.name, worker.id, worker.namespace)
         return worker
 

@@ -49,9 +49,22 @@ RECORDER_MAX_ACK_PENDING = 100_000
 
 
 async def ensure_events_stream(
-    js: JetStreamContext, *, replicas: int = 1, ack_wait_s: float = RECORDER_ACK_WAIT_S
+    js: JetStreamContext,
+    *,
+    replicas: int = 1,
+    ack_wait_s: float = RECORDER_ACK_WAIT_S,
+    consumer: str = subjects.RECORDER_CONSUMER,
+    start_after: int | None = None,
 ) -> StreamInfo:
-    """Create or update ``LS_EVENTS`` and its ``recorder`` consumer; returns the stream."""
+    """Create or update ``LS_EVENTS`` and the Recorder's consumer; returns the stream.
+
+    Args:
+        consumer: the durable consumer's name (one per control plane: each projects the
+            stream into its own file).
+        start_after: the last sequence the Recorder's file holds, when it knows it. A
+            consumer that acknowledged more than that (the file is new, or restored from
+            a backup) is made again from there, so the file gets every event it lacks.
+    """
     cfg = StreamConfig(
         name=subjects.EVENTS_STREAM,
         subjects=[subjects.EVENTS_SUBJECTS],
@@ -65,17 +78,41 @@ async def ensure_events_stream(
         info = await js.update_stream(cfg)
     except jse.NotFoundError:
         info = await js.add_stream(cfg)
-    await js.add_consumer(
-        cfg.name,
-        ConsumerConfig(
-            durable_name=subjects.RECORDER_CONSUMER,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=ack_wait_s,
-            max_ack_pending=RECORDER_MAX_ACK_PENDING,
-            num_replicas=replicas,
-        ),
+    config = ConsumerConfig(
+        durable_name=consumer,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait_s,
+        max_ack_pending=RECORDER_MAX_ACK_PENDING,
+        num_replicas=replicas,
     )
+    try:
+        existing = await js.consumer_info(cfg.name, consumer)
+    except jse.NotFoundError:
+        existing = None
+    if existing is not None and start_after is not None:
+        if existing.ack_floor is not None and existing.ack_floor.stream_seq > start_after:
+            log.warning(
+                "the Recorder's file holds events up to %d, its consumer %s acknowledged up "
+                "to %d: reading the events stream again from %d",
+                start_after, consumer, existing.ack_floor.stream_seq, start_after + 1,
+            )  # fmt: skip
+            await js.delete_consumer(cfg.name, consumer)
+            existing = None
+    if existing is not None:
+        # Keep where it is; the settings that may change between runs follow ours.
+        config.deliver_policy = existing.config.deliver_policy
+        config.opt_start_seq = existing.config.opt_start_seq
+    elif start_after and start_after <= info.state.last_seq:
+        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
+        config.opt_start_seq = start_after + 1
+    elif start_after:
+        log.warning(
+            "the events stream ends at %d, before this file's position %d (the stream was "
+            "made anew): reading it from its start",
+            info.state.last_seq, start_after,
+        )  # fmt: skip
+    await js.add_consumer(cfg.name, config)
     return info
 
 
@@ -102,14 +139,23 @@ class EventFeed:
         nc: a connected client (the control plane's bus connection); not closed here.
         replicas: JetStream replicas of the stream, consumer and bucket it creates.
         ack_wait_s: a fetched message not acked within this is redelivered (seconds).
+        consumer, start_after: the Recorder's consumer and its file's position (see
+            :func:`ensure_events_stream`).
     """
 
     def __init__(
-        self, nc: NatsClient, *, replicas: int = 1, ack_wait_s: float = RECORDER_ACK_WAIT_S
+        self,
+        nc: NatsClient,
+        *,
+        replicas: int = 1,
+        ack_wait_s: float = RECORDER_ACK_WAIT_S,
+        consumer: str = subjects.RECORDER_CONSUMER,
+        start_after: int | None = None,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=5)
         self._replicas, self._ack_wait_s = replicas, ack_wait_s
+        self._consumer, self._start_after = consumer, start_after
         self._sub: JetStreamContext.PullSubscription | None = None
         self._kv: KeyValue | None = None
 
@@ -123,12 +169,17 @@ class EventFeed:
         """
         try:
             await ensure_events_stream(
-                self._js, replicas=self._replicas, ack_wait_s=self._ack_wait_s
+                self._js,
+                replicas=self._replicas,
+                ack_wait_s=self._ack_wait_s,
+                consumer=self._consumer,
+                start_after=self._start_after,
             )
+            self._start_after = None  # checked once: later calls re-ensure in place
             self._kv = await ensure_results_bucket(self._js, replicas=self._replicas)
             if self._sub is None:
                 self._sub = await self._js.pull_subscribe_bind(
-                    subjects.RECORDER_CONSUMER, stream=subjects.EVENTS_STREAM
+                    self._consumer, stream=subjects.EVENTS_STREAM
                 )
         except (nats.errors.Error, jse.Error, TimeoutError, OSError) as e:
             raise Unavailable(
@@ -205,7 +256,7 @@ class EventFeed:
             Unavailable: NATS did not answer.
         """
         try:
-            ci = await self._js.consumer_info(subjects.EVENTS_STREAM, subjects.RECORDER_CONSUMER)
+            ci = await self._js.consumer_info(subjects.EVENTS_STREAM, self._consumer)
             si = await self._js.stream_info(subjects.EVENTS_STREAM)
         except (nats.errors.Error, jse.Error, TimeoutError) as e:
             raise Unavailable(f"cannot read the progress of {subjects.EVENTS_STREAM}: {e}") from e

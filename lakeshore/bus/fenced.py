@@ -40,10 +40,16 @@ class FencedLog:
         js: a nats-py ``JetStreamContext``.
         stream: the stream written to; it must hold ``epoch_subject`` too.
         epoch_subject: the subject of the stream's epoch records.
+        direct_reads: read the last record from any replica (the stream allows direct
+            gets), so a takeover need not wait for the stream to elect a leader to read
+            it; a stale read only makes the compare-and-set of :meth:`begin` fail.
     """
 
-    def __init__(self, js: Any, stream: str, epoch_subject: str) -> None:
+    def __init__(
+        self, js: Any, stream: str, epoch_subject: str, *, direct_reads: bool = False
+    ) -> None:
         self._js, self.stream, self.epoch_subject = js, stream, epoch_subject
+        self._direct = direct_reads
         self._fence: int | None = None
 
     @property
@@ -66,13 +72,16 @@ class FencedLog:
         """
         self._fence = None
         try:
-            last = await self._js.get_last_msg(self.stream, self.epoch_subject)
+            last = await self._js.get_last_msg(self.stream, self.epoch_subject, direct=self._direct)
         except jse.NotFoundError:
             seen_seq, seen_epoch = 0, 0
         else:
             seen_seq, seen_epoch = last.seq, _decode(last.data).epoch
         if seen_epoch >= epoch:
-            raise NotLeader(f"epoch {seen_epoch} already began on {self.stream}, ours is {epoch}")
+            raise NotLeader(
+                f"epoch {seen_epoch} already began on {self.stream}, ours is {epoch} (if the "
+                f"lease bucket was deleted, its epochs began again: see docs/ha.md)"
+            )
         try:
             ack = await self._js.publish(
                 self.epoch_subject,

@@ -93,7 +93,9 @@ class Lease:
         url: its API's base URL.
         ttl_s: the lease's time to live, whole seconds ≥ 1 (the server's minimum; nats-py
             sends whole seconds). A holder that stops renewing loses it after this long.
-        bucket: the lease bucket (made by :func:`ensure_bucket`).
+        bucket: the lease bucket (made by :func:`ensure_bucket`, and again by
+            :meth:`acquire` if it was deleted).
+        replicas: the bucket's replicas, should it be made again.
     """
 
     def __init__(
@@ -104,11 +106,13 @@ class Lease:
         ttl_s: int,
         *,
         bucket: str = subjects.LEASE_BUCKET,
+        replicas: int = 1,
     ) -> None:
         if ttl_s < 1 or int(ttl_s) != ttl_s:
             raise ValueError(f"lease ttl_s must be whole seconds >= 1, got {ttl_s!r}")
         self._js = js
         self.holder_id, self.url, self.ttl_s = holder_id, url, int(ttl_s)
+        self._bucket, self._replicas = bucket, replicas
         self._stream = subjects.lease_stream(bucket)
         self._subject = subjects.lease_subject(bucket)
         self._revision: int | None = None
@@ -131,10 +135,16 @@ class Lease:
             return self.epoch
         for _ in range(_CREATE_ATTEMPTS):
             last = await self._last()
-            if last is not None and not _is_tombstone(last):
+            if last is not None and not _is_tombstone(last) and not self._was_mine(last):
                 return None
             subject_seq = 0 if last is None else last.seq
-            info = await self._js.stream_info(self._stream)
+            try:
+                info = await self._js.stream_info(self._stream)
+            except jse.NotFoundError:
+                # The bucket was deleted (by hand): make it again, then campaign.
+                log.warning("lease bucket %s is missing: creating it", self._bucket)
+                await ensure_bucket(self._js, self._bucket, self._replicas)
+                continue
             epoch = info.state.last_seq + 1
             value = msgspec.json.encode(Holder(holder_id=self.holder_id, url=self.url, epoch=epoch))
             headers = {
@@ -179,6 +189,24 @@ class Lease:
                 raise NotLeader("the lease was lost (expired or taken)") from e
             raise
         self._revision = ack.seq
+
+    def _was_mine(self, last: Any) -> bool:
+        """Whether the live lease is one an earlier run of this control plane took (same
+        id: the same data dir, which one process at a time can hold), so this run may
+        take it over at once instead of waiting out its TTL."""
+        try:
+            return bool(last.data) and _decode(last.data).holder_id == self.holder_id
+        except msgspec.DecodeError:
+            return False
+
+    def advertise(self, url: str) -> None:
+        """Name ``url`` as this control plane's API from the next renewal on."""
+        self.url = url
+        if self._revision is not None:
+            holder = _decode(self._value)
+            self._value = msgspec.json.encode(
+                Holder(holder_id=holder.holder_id, url=url, epoch=holder.epoch)
+            )
 
     async def leader(self) -> Holder | None:
         """Who holds the lease now (as stored), ``None`` when nobody does."""

@@ -188,8 +188,8 @@ class NatsBus:
                 return_exceptions=True,
             )
             for answer in answers:
-                if _NatsErrors.store_full(answer):
-                    raise _NatsErrors.full(f"admit work to {namespace}/{queue}") from answer
+                if NatsErrors.store_full(answer):
+                    raise NatsErrors.full(f"admit work to {namespace}/{queue}") from answer
                 if isinstance(answer, BaseException):
                     raise Unavailable(
                         f"could not publish to {namespace}/{queue}: {answer!r}"
@@ -330,8 +330,8 @@ class NatsBus:
         await self._nc.flush()
         return sub
 
-    def _errors(self, what: str) -> _NatsErrors:
-        return _NatsErrors(what)
+    def _errors(self, what: str) -> NatsErrors:
+        return NatsErrors(what)
 
 
 def same_stream(have: StreamConfig, want: StreamConfig) -> bool:
@@ -347,7 +347,7 @@ def same_stream(have: StreamConfig, want: StreamConfig) -> bool:
     )
 
 
-class _NatsErrors:
+class NatsErrors:
     """Turns NATS failures into :class:`Unavailable` with what was being done
     (:class:`InsufficientStorage` when JetStream's store is full)."""
 

@@ -128,9 +128,14 @@ def pull_subject(namespace: str, queue: str, level: int) -> str:
 LEASE_BUCKET = "LS_LEASE"
 #: The one key of :data:`LEASE_BUCKET`.
 LEASE_KEY = "leader"
-#: Subject of the epoch records in the control plane's state stream, the fence every
-#: leader write is checked against.
-STATE_EPOCH_SUBJECT = "ls.epoch"
+#: The control planes' state stream: row images, one subject per row (outside ``ls.``,
+#: whose second token is a namespace's name).
+STATE_STREAM = "LS_STATE"
+STATE_PREFIX = "lsstate"
+STATE_SUBJECTS = f"{STATE_PREFIX}.>"
+#: Subject of the epoch records in the state stream, the fence every leader write is
+#: checked against (no row kind is called ``epoch``).
+STATE_EPOCH_SUBJECT = f"{STATE_PREFIX}.epoch"
 
 
 def lease_stream(bucket: str = LEASE_BUCKET) -> str:

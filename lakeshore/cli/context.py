@@ -38,7 +38,11 @@ def _global_params() -> list[click.Parameter]:
     common = {"default": None, "expose_value": False, "callback": _record}
     return [
         click.Option(
-            ["--api"], metavar="URL", help="API base URL, e.g. http://127.0.0.1:8080.", **common
+            ["--api"],
+            metavar="URL",
+            help="API base URL, e.g. http://127.0.0.1:8080; one URL, or several separated by "
+            "commas: the CLI follows the leader.",
+            **common,
         ),
         click.Option(["--token"], metavar="TOKEN", help="Bearer token for the API.", **common),
         click.Option(["--namespace", "-n"], metavar="NS", help="Namespace to act in.", **common),

@@ -61,7 +61,8 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     "--api",
     default=None,
     metavar="URL",
-    help="The control plane's API, asked how to join [default: LAKESHORE_API or the config's].",
+    help="The control plane's API, asked how to join: one URL, or several separated by commas: "
+    "the CLI follows the leader [default: LAKESHORE_API or the config's].",
 )
 @click.option(
     "--token",

@@ -53,6 +53,8 @@ def lakeshore() -> None:
     The global options (--api, --token, -n/--namespace, -o/--output) are accepted here and
     after any command; the innermost one given wins. Unset ones come from LAKESHORE_API,
     LAKESHORE_TOKEN, LAKESHORE_NAMESPACE, then the config file `lakeshore server` writes.
+    --api and LAKESHORE_API take one URL, or several separated by commas: the CLI follows
+    the leader among them.
     """
 
 

@@ -78,11 +78,29 @@ from lakeshore.errors import LakeshoreError
     help="Which queues get series of their own; the rest are summed as queue _other "
     "[default: top:100].",
 )
+@click.option(
+    "--api-url",
+    default=None,
+    help="The URL clients reach this API at, which the other control planes name when they "
+    "send clients to the leader [default: http://HOST:PORT].",
+)
+@click.option(
+    "--lease-ttl",
+    "lease_ttl_s",
+    type=click.IntRange(1, 60),
+    default=None,
+    help="With several control planes on one NATS: seconds after the leader stops renewing "
+    "its lease before a standby takes over [default: 3].",
+)
 def server(**flags: object) -> None:
     """Run the control plane: HTTP API, queue actors and (by default) an embedded NATS.
 
     The first start creates org and namespace `default` and an admin token, and writes
     <data-dir>/config.toml, which the CLI and SDK on this machine read. Stop with Ctrl-C.
+
+    Several servers given the same --nats-url (a JetStream cluster) are one control plane:
+    one leads, the others stand by with their own copy of every row and take over within
+    seconds when it is lost (docs/ha.md).
     """
     from lakeshore.config import load_server_settings
 
@@ -143,6 +161,9 @@ async def _run(settings) -> None:
         api = await plane.serve()
         config = plane.write_client_config()
         click.echo(f"lakeshore control plane: API {api}, NATS {plane.nats_url}")
+        if not plane.leading:
+            leader = await plane.leader_url() or "(being elected)"
+            click.echo(f"standing by: the leader serves the API at {leader}")
         click.echo(f"dashboard: {api}/ (sign in with a token from {config})")
         click.echo(f"client config written to {config}")
         if plane.metrics_url:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from lakeshore.http import (
     backup,
@@ -22,7 +23,16 @@ from lakeshore.http import (
 )
 from lakeshore.http.auth import auth_middleware
 from lakeshore.http.errors import error_middleware
-from lakeshore.http.state import ACCESS, BACKUP, FLEET, HISTORY, JOBS, PROBLEMS, QUEUES
+from lakeshore.http.state import (
+    ACCESS,
+    BACKUP,
+    FLEET,
+    HISTORY,
+    JOBS,
+    PROBLEMS,
+    QUEUES,
+    REPLICA,
+)
 from lakeshore.metrics import PlaneMetrics
 from lakeshore.services import Services
 
@@ -46,10 +56,20 @@ ROUTE_MODULES = (
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-def make_app(services: Services, plane_metrics: PlaneMetrics | None = None) -> web.Application:
-    app = web.Application(
-        middlewares=[error_middleware, auth_middleware], client_max_size=MAX_BODY_BYTES
-    )
+def make_app(
+    services: Services,
+    plane_metrics: PlaneMetrics | None = None,
+    *,
+    leading: Middleware | None = None,
+) -> web.Application:
+    """The whole API of a leader.
+
+    Args:
+        leading: checks that the plane still leads before any route (a leader that steps
+            down keeps serving this app, answering ``not_leader``, until a next term's).
+    """
+    chain = [error_middleware, *([leading] if leading else []), auth_middleware]
+    app = web.Application(middlewares=chain, client_max_size=MAX_BODY_BYTES)
     app[ACCESS] = services.access
     app[JOBS] = services.jobs
     app[QUEUES] = services.queues
@@ -57,6 +77,7 @@ def make_app(services: Services, plane_metrics: PlaneMetrics | None = None) -> w
     app[PROBLEMS] = services.problems
     app[HISTORY] = services.history
     app[BACKUP] = services.backup
+    app[REPLICA] = services.replica
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

@@ -11,7 +11,7 @@ from lakeshore.model import Namespace
 
 CALLER: web.RequestKey[Caller] = web.RequestKey("caller", Caller)
 #: Routes that answer without a token.
-PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json"})
+PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json", "/readyz"})
 
 
 @web.middleware

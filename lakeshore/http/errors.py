@@ -11,7 +11,7 @@ import logging
 import msgspec
 from aiohttp import web
 
-from lakeshore.errors import Internal, Invalid, LakeshoreError, TooLarge, TooLong
+from lakeshore.errors import Internal, Invalid, LakeshoreError, NotLeader, TooLarge, TooLong
 from lakeshore.http.routes import reply
 from lakeshore.model import MAX_JSON_DEPTH, ErrorBody, ErrorDetail
 
@@ -26,7 +26,16 @@ MAX_LINE_BYTES = 1024 * 1024
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
+#: How long a client waits before it asks again after ``not_leader`` (seconds).
+RETRY_AFTER_S = 1
+
+
 def render(err: LakeshoreError) -> web.Response:
+    if isinstance(err, NotLeader):
+        detail = ErrorDetail(err.code, err.message, leader_url=err.leader_url)
+        answer = reply(ErrorBody(detail), status=err.http_status)
+        answer.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return answer
     return reply(ErrorBody(ErrorDetail(err.code, err.message)), status=err.http_status)
 
 

@@ -11,15 +11,17 @@ from msgspec import Struct
 from lakeshore import __version__
 from lakeshore.errors import Degraded
 from lakeshore.http.routes import RouteDoc, Routes, reply
-from lakeshore.http.state import PROBLEMS
+from lakeshore.http.state import PROBLEMS, REPLICA
 from lakeshore.model import ErrorBody
 
 routes = Routes()
 
 
-class Health(Struct, frozen=True):
+class Health(Struct, frozen=True, kw_only=True):
     status: str
     version: str
+    #: the state stream's sequence this control plane's file has applied
+    applied_seq: int | None = None
 
 
 @routes.route(
@@ -33,7 +35,29 @@ async def healthz(request: web.Request) -> web.Response:
     problems = request.app[PROBLEMS]()
     if problems:
         raise Degraded(problems)
-    return reply(Health("ok", __version__))
+    _, applied = request.app[REPLICA]()
+    return reply(Health(status="ok", version=__version__, applied_seq=applied))
+
+
+class Ready(Struct, frozen=True, kw_only=True):
+    role: str
+    version: str
+    #: the leadership term (strictly increasing over the leaders)
+    epoch: int
+    applied_seq: int
+
+
+@routes.route(
+    "GET",
+    "/readyz",
+    "Whether this control plane leads and so takes requests (a standby answers 503 "
+    "not_leader with the leader's URL): for load balancers",
+    answer=Ready,
+    public=True,
+)
+async def readyz(request: web.Request) -> web.Response:
+    epoch, applied = request.app[REPLICA]()
+    return reply(Ready(role="leader", version=__version__, epoch=epoch, applied_seq=applied))
 
 
 @routes.route("GET", "/v1/openapi.json", "This document", public=True)
@@ -50,7 +74,8 @@ _ERROR_STATUSES = {
     "404": "not found",
     "409": "state conflict",
     "429": "a full queue, or over a quota (the error names it and its value)",
-    "503": "NATS unavailable",
+    "503": "NATS unavailable, or this control plane is a standby (not_leader, with "
+    "leader_url and Retry-After)",
 }
 
 

@@ -19,3 +19,5 @@ HISTORY: web.AppKey[HistoryService] = web.AppKey("history", HistoryService)
 BACKUP: web.AppKey[BackupService] = web.AppKey("backup", BackupService)
 #: what is wrong with the control plane now (empty: healthy)
 PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")
+#: the leader's epoch and the state stream's sequence its file has applied
+REPLICA: web.AppKey[Callable[[], tuple[int, int]]] = web.AppKey("replica")

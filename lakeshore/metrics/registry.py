@@ -37,7 +37,10 @@ class PlaneMetrics:
         self._gauges: QueueGauges | None = None
 
     def watch(self, gauges: QueueGauges) -> None:
-        """Report the queue and daemon gauges (built once the actors they ask exist)."""
+        """Report the queue and daemon gauges (built once the actors they ask exist; a
+        new leadership term's replace the last term's)."""
+        if self._gauges is not None:
+            self.registry.unregister(self._gauges)
         self.registry.register(gauges)
         self._gauges = gauges
 

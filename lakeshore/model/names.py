@@ -112,9 +112,11 @@ Delay = Annotated[float, Meta(ge=0, le=MAX_DELAY_S)]
 Name = Annotated[str, Meta(min_length=1, max_length=NAME_MAX, pattern=_NAME_SCHEMA)]
 
 
-class ErrorDetail(Struct, frozen=True):
+class ErrorDetail(Struct, frozen=True, omit_defaults=True):
     code: str
     message: str
+    #: ``not_leader`` only: the API URL of the leader now, when one is known
+    leader_url: str | None = None
 
 
 class ErrorBody(Struct, frozen=True):

@@ -15,6 +15,7 @@ export).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from lakeshore.sdk.backup import BackupRoutes
@@ -32,10 +33,17 @@ class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes
     """An async client of one Lakeshore API.
 
     Args:
-        api: base URL, e.g. ``http://127.0.0.1:8080`` (without ``/v1``).
+        api: base URL, e.g. ``http://127.0.0.1:8080`` (without ``/v1``); or the URLs of
+            several control planes, as a sequence or separated by commas, among which the
+            client follows the leader (see :mod:`~lakeshore.sdk.transport`).
         token: bearer token; ``None`` sends no ``Authorization`` header.
         namespace: the namespace of every namespaced call that does not name one.
         timeout_s: bound on each whole request, in seconds.
+        failover_s: how long a request keeps looking for the leader (standbys answering,
+            given URLs not reachable) before it gives up, in seconds.
+
+    Raises:
+        Invalid: an empty URL in ``api``.
 
     Use it as ``async with Client(...) as client:``; a session is opened on first use and
     closed by :meth:`close` (which the context manager calls).
@@ -46,14 +54,15 @@ class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes
 
     def __init__(
         self,
-        api: str,
+        api: str | Sequence[str],
         token: str | None,
         namespace: str = "default",
         timeout_s: float = 30,
         *,
+        failover_s: float = 30,
         fast_path: bool = True,
     ) -> None:
-        super().__init__(api, token, namespace, timeout_s)
+        super().__init__(api, token, namespace, timeout_s, failover_s)
         #: submits and result waits over NATS when it can be reached, else HTTP
         self.fast = FastPath(self, token if fast_path else None)
 
@@ -68,6 +77,11 @@ class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes
     def healthz(self) -> Call[dict[str, Any]]:
         """``{"status": "ok"}`` once the control plane is ready (no token needed)."""
         return Call(self, dict[str, Any], "GET", api_path("healthz"))
+
+    def readyz(self) -> Call[dict[str, Any]]:
+        """``{"role": "leader", …}`` from the leading control plane (no token needed); a
+        standby answers ``not_leader``, which the client follows to the leader."""
+        return Call(self, dict[str, Any], "GET", "/readyz")
 
     def openapi(self) -> Call[dict[str, Any]]:
         """The OpenAPI 3.1 document describing every route (no token needed)."""

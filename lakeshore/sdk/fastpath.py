@@ -10,8 +10,9 @@ errors are too.
 HTTP is used instead, for the call at hand, when NATS cannot be reached from here (tried
 again after :data:`RETRY_S`), when a request is larger than NATS takes, when NATS refuses
 the subject (a namespace created after the connection was granted: the connection is
-renewed), and always with ``LAKESHORE_FAST_PATH=0``. A submit whose NATS request timed out
-is not sent again over HTTP (it may have been admitted); it raises
+renewed), when no gateway answers (a control plane taking over as leader: HTTP then
+follows the leader), and always with ``LAKESHORE_FAST_PATH=0``. A submit whose NATS request
+timed out is not sent again over HTTP (it may have been admitted); it raises
 :class:`~lakeshore.errors.Unavailable` as an HTTP timeout would.
 """
 
@@ -98,6 +99,12 @@ class FastPath:
                     raw = await bus.submit(ns, queue, payload, timeout_s)
                 except Denied:
                     await self._renew()
+                except Unavailable as e:
+                    # Only a request that timed out may have reached a gateway; any other
+                    # failure (no responders, above all) was not delivered.
+                    if isinstance(e.__cause__, TimeoutError):
+                        raise
+                    log.info("submit to %s/%s over HTTP: %s", ns, queue, e)
                 else:
                     return _decode(raw, _submit_answer, f"submit to {ns}/{queue}")
         one = invocations[0] if len(invocations) == 1 else invocations

@@ -3,13 +3,24 @@ session, one way to send a request, and the decoding of an error answer.
 
 A non-2xx answer raises the :class:`~lakeshore.errors.LakeshoreError` subclass the server
 named, rebuilt through :data:`~lakeshore.errors.ERRORS_BY_CODE`.
+
+The client may be given several API URLs (the replicas of a highly available control
+plane) and follows the leader among them: a standby answers ``503 not_leader`` (naming the
+leader when it knows it) and a connection that could not be opened never reached a server,
+so in both cases the request was not applied and is sent again elsewhere, whatever its
+method, until ``failover_s`` has passed. Any other failure is raised as it is: a request
+that timed out or lost its connection may have been applied.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
@@ -19,6 +30,9 @@ import msgspec
 
 from lakeshore import errors
 from lakeshore.errors import LakeshoreError
+from lakeshore.model import ErrorBody
+
+log = logging.getLogger(__name__)
 
 #: HTTP status → error class, for an error body whose code this client does not know.
 _ERRORS_BY_STATUS: dict[int, type[LakeshoreError]] = {
@@ -38,6 +52,11 @@ _ERRORS_BY_STATUS: dict[int, type[LakeshoreError]] = {
 _EXCERPT_CHARS = 200
 #: Request bodies larger than this are streamed (bytes).
 _STREAM_BODY_BYTES = 512 * 1024
+#: Longest wait before asking again after ``not_leader``, whatever ``Retry-After`` says (s).
+_MAX_RETRY_AFTER_S = 0.5
+#: Wait after every given URL in turn could not be connected to (seconds).
+_ROUND_PAUSE_S = 0.25
+_error_body = msgspec.json.Decoder(ErrorBody)
 
 
 def api_path(*segments: str) -> str:
@@ -45,16 +64,34 @@ def api_path(*segments: str) -> str:
     return "/v1/" + "/".join(quote(s, safe="") for s in segments)
 
 
+def parse_apis(api: str | Sequence[str]) -> tuple[str, ...]:
+    """The API URLs ``api`` names: one URL, several separated by commas, or a sequence.
+
+    Raises:
+        Invalid: an empty entry (or none at all).
+    """
+    given = api.split(",") if isinstance(api, str) else list(api)
+    urls = tuple(url.strip().rstrip("/") for url in given)
+    if not urls or not all(urls):
+        raise errors.Invalid(
+            f"invalid api {api!r}: an empty URL; pass one URL, or several separated by commas"
+        )
+    return urls
+
+
 def error_from(status: int, raw: bytes, url: str) -> LakeshoreError:
     """The error a non-2xx answer stands for (see :meth:`Transport.request`)."""
     try:
-        detail = msgspec.json.decode(raw)["error"]
-        code, message = detail["code"], detail["message"]
-    except (msgspec.DecodeError, KeyError, TypeError):
+        detail = _error_body.decode(raw).error
+    except msgspec.DecodeError:  # ValidationError included: not the API's error shape
         excerpt = " ".join(raw.decode("utf-8", "replace").split())[:_EXCERPT_CHARS]
         return LakeshoreError(f"http {status} from {url}: {excerpt or '(empty body)'}")
-    cls = errors.ERRORS_BY_CODE.get(code) or _ERRORS_BY_STATUS.get(status, LakeshoreError)
-    return cls.from_wire(message)
+    cls = errors.ERRORS_BY_CODE.get(detail.code) or _ERRORS_BY_STATUS.get(status, LakeshoreError)
+    err = cls.from_wire(detail.message)
+    if isinstance(err, errors.NotLeader):
+        # from_wire carries the message only; the leader's URL is what a client follows.
+        err.reason, err.leader_url = detail.message, detail.leader_url
+    return err
 
 
 def _reason(exc: aiohttp.ClientError) -> str:
@@ -67,19 +104,96 @@ def _reason(exc: aiohttp.ClientError) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _retry_after_s(resp: aiohttp.ClientResponse) -> float:
+    """How long a standby asked to wait before asking again (seconds, capped)."""
+    try:
+        asked = float(resp.headers.get("Retry-After", _MAX_RETRY_AFTER_S))
+    except ValueError:  # an HTTP date: not what Lakeshore sends
+        asked = _MAX_RETRY_AFTER_S
+    return min(max(asked, 0.0), _MAX_RETRY_AFTER_S)
+
+
+class _Failover:
+    """One request's way through the control planes: where its next attempt goes, after
+    how long, and when it gives up.
+
+    Args:
+        apis: the URLs the client was given.
+        failover_s: how long after the first attempt it may still try again (seconds).
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self, apis: tuple[str, ...], failover_s: float, clock: Callable[[], float]
+    ) -> None:
+        self._apis, self._clock = apis, clock
+        self._deadline = clock() + failover_s
+        #: why each URL tried did not take the request, latest last
+        self._why: dict[str, str] = {}
+        self._followed: set[str] = set()
+        self._refused_in_row = 0
+
+    def after_standby(
+        self, here: str, leader_url: str | None, retry_after_s: float
+    ) -> tuple[str, float] | None:
+        """``here`` answered ``not_leader``: the URL to try next and the wait before it;
+        ``None``: give up."""
+        self._note(here, "not the leader")
+        self._refused_in_row = 0
+        leader = leader_url.rstrip("/") if leader_url else None
+        if leader is None or leader == here:
+            return self._step(self._next(here), retry_after_s)
+        first = leader not in self._followed
+        self._followed.add(leader)
+        return self._step(leader, 0.0 if first else retry_after_s)
+
+    def after_unreachable(self, here: str, why: str) -> tuple[str, float] | None:
+        """``here`` could not be connected to (``why``): as :meth:`after_standby`."""
+        self._note(here, why)
+        self._refused_in_row += 1
+        # A pause once every given URL failed in a row, not after each one.
+        round_over = self._refused_in_row % len(self._apis) == 0
+        return self._step(self._next(here), _ROUND_PAUSE_S if round_over else 0.0)
+
+    def tried(self) -> str:
+        """Each URL tried and why it did not take the request, for an error message."""
+        return ", ".join(f"{url} ({why})" for url, why in self._why.items())
+
+    def _note(self, url: str, why: str) -> None:
+        self._why.pop(url, None)
+        self._why[url] = why
+
+    def _next(self, here: str) -> str:
+        """The given URL after ``here`` (the first if ``here`` is a leader not given)."""
+        at = self._apis.index(here) + 1 if here in self._apis else 0
+        return self._apis[at % len(self._apis)]
+
+    def _step(self, url: str, wait_s: float) -> tuple[str, float] | None:
+        return None if self._clock() + wait_s > self._deadline else (url, wait_s)
+
+
 class Transport:
-    """The connection to one Lakeshore API, which each group of routes extends.
+    """The connection to the Lakeshore API, which each group of routes extends.
 
     Its arguments are :class:`~lakeshore.sdk.client.Client`'s. A session is opened on first
     use and closed by :meth:`close` (which ``async with`` calls).
     """
 
     def __init__(
-        self, api: str, token: str | None, namespace: str = "default", timeout_s: float = 30
+        self,
+        api: str | Sequence[str],
+        token: str | None,
+        namespace: str = "default",
+        timeout_s: float = 30,
+        failover_s: float = 30,
     ) -> None:
-        self.api = api.rstrip("/")
+        #: every API URL given, in order
+        self.apis = parse_apis(api)
+        #: the URL requests go to now: the leader found last, else the first given
+        self.api = self.apis[0]
         self.namespace = namespace
         self.timeout_s = timeout_s
+        self.failover_s = failover_s
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
 
@@ -115,29 +229,16 @@ class Transport:
             LakeshoreError: the subclass named by the error body's ``code`` (an unknown code:
                 the class of the HTTP status; an unparseable body: ``LakeshoreError`` with
                 the status and an excerpt).
-            Unavailable: the API cannot be reached or did not answer within ``timeout_s``.
+            NotLeader: every control plane asked for ``failover_s`` was a standby.
+            Unavailable: the API cannot be reached (given several URLs: none of them for
+                ``failover_s``) or did not answer within ``timeout_s``.
             Invalid: ``api`` is not an http(s) URL.
         """
-        session = self._open()
-        url = self.api + path
         encoded = None if json is None else msgspec.json.encode(json)
-        headers = None if encoded is None else {"Content-Type": "application/json"}
-        # aiohttp sends a large bytes body from the event loop in one go; a stream it reads.
-        data: bytes | io.BytesIO | None = encoded
-        if encoded is not None and len(encoded) > _STREAM_BODY_BYTES:
-            data = io.BytesIO(encoded)
-        try:
-            async with session.request(
-                method, url, data=data, params=params, headers=headers
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
-        except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
-            raise errors.Invalid(
-                f"invalid api url {self.api!r} ({exc}); pass --api http://HOST:PORT"
-            ) from None
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise self._unavailable(exc, method, path) from None
+        async with self._answer(method, path, params=params, body=encoded) as resp:
+            raw = await resp.read()
+            status = resp.status
+        url = self.api + path
         if not 200 <= status < 300:
             raise error_from(status, raw, url)
         if not raw:
@@ -161,18 +262,82 @@ class Transport:
         Raises:
             as :meth:`request`; on an error answer ``dest`` is not created.
         """
-        session = self._open()
-        url = self.api + path
+        async with self._answer(method, path, params=params) as resp:
+            if not 200 <= resp.status < 300:
+                raise error_from(resp.status, await resp.read(), self.api + path)
+            with dest.open("wb") as f:
+                async for chunk in resp.content.iter_chunked(256 * 1024):
+                    await asyncio.to_thread(f.write, chunk)
+            return dict(resp.headers)
+
+    @asynccontextmanager
+    async def _answer(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str | int] | None = None,
+        body: bytes | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """The answer of the control plane that took the request (see the module), open
+        while the block reads it; failing to get or read it raises as :meth:`request`."""
         try:
-            async with session.request(method, url, params=params) as resp:
-                if not 200 <= resp.status < 300:
-                    raise error_from(resp.status, await resp.read(), url)
-                with dest.open("wb") as f:
-                    async for chunk in resp.content.iter_chunked(256 * 1024):
-                        await asyncio.to_thread(f.write, chunk)
-                return dict(resp.headers)
+            resp = await self._follow(method, path, params, body)
+            try:
+                yield resp
+            finally:
+                resp.release()
+        except (aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError) as exc:
+            raise errors.Invalid(
+                f"invalid api url {self.api!r} ({exc}); pass --api http://HOST:PORT"
+            ) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise self._unavailable(exc, method, path) from None
+
+    async def _follow(
+        self, method: str, path: str, params: dict[str, str | int] | None, body: bytes | None
+    ) -> aiohttp.ClientResponse:
+        """Send the request until a server other than a standby answers, moving
+        :attr:`api` to the leader (see the module)."""
+        session = self._open()
+        headers = None if body is None else {"Content-Type": "application/json"}
+        failover = _Failover(self.apis, self.failover_s, time.monotonic)
+        while True:
+            here = self.api
+            # aiohttp sends a large bytes body from the event loop in one go; a stream it reads.
+            data = io.BytesIO(body) if body and len(body) > _STREAM_BODY_BYTES else body
+            try:
+                resp = await session.request(
+                    method, here + path, data=data, params=params, headers=headers
+                )
+            except aiohttp.ClientConnectorError as exc:
+                if self.apis == (here,):
+                    raise  # the one URL given: no server there, say so at once
+                step = failover.after_unreachable(here, _reason(exc))
+                if step is None:
+                    raise errors.Unavailable(
+                        f"cannot reach the lakeshore api within {self.failover_s:g}s: "
+                        f"{failover.tried()}; start one with `lakeshore server` or point "
+                        "--api (or LAKESHORE_API) at running ones"
+                    ) from None
+            else:
+                standby = await _standby(resp, here + path)
+                if standby is None:
+                    return resp
+                step = failover.after_standby(here, standby.leader_url, _retry_after_s(resp))
+                if step is None:
+                    raise errors.NotLeader(
+                        f"no leader took {method} {path} within {self.failover_s:g}s; "
+                        f"asked {failover.tried()}",
+                        standby.leader_url,
+                    ) from None
+            self.api, wait_s = step
+            if self.api != here:
+                log.info(
+                    "lakeshore api: %s did not take %s %s; asking %s", here, method, path, self.api
+                )
+            if wait_s:
+                await asyncio.sleep(wait_s)
 
     def _open(self) -> aiohttp.ClientSession:
         """The client's HTTP session, opened on first use."""
@@ -199,4 +364,15 @@ class Transport:
         return api_path("namespaces", namespace or self.namespace, *segments)
 
 
-__all__ = ["Transport", "api_path", "error_from"]
+async def _standby(resp: aiohttp.ClientResponse, url: str) -> errors.NotLeader | None:
+    """The ``not_leader`` refusal ``resp`` is, if it is one (then it is released)."""
+    if resp.status != errors.NotLeader.http_status:
+        return None
+    err = error_from(resp.status, await resp.read(), url)
+    if not isinstance(err, errors.NotLeader):
+        return None
+    resp.release()
+    return err
+
+
+__all__ = ["Transport", "api_path", "error_from", "parse_apis"]

@@ -30,3 +30,5 @@ class Services:
     history: HistoryService
     #: consistent backups of the store (``POST /v1/backup``)
     backup: BackupService
+    #: this leader's epoch and how far its file has applied the state stream
+    replica: Callable[[], tuple[int, int]] = lambda: (0, 0)

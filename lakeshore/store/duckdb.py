@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -30,14 +30,16 @@ import msgspec
 from lakeshore import errors
 from lakeshore.model import Namespace, Queue, QueueEvent, QueueState, Token, Worker, now
 from lakeshore.model.providers import Provider
-from lakeshore.store import _rows
+from lakeshore.store import _rows, images
 from lakeshore.store import migrations as mig
 from lakeshore.store import providers as prov
 from lakeshore.store.backup import BackupQueries
 from lakeshore.store.history import HistoryQueries
+from lakeshore.store.images import Image
 from lakeshore.store.jobs import JobQueries
 from lakeshore.store.keys import KeyQueries
 from lakeshore.store.registry import RegistryQueries
+from lakeshore.store.writes import WriteBatches
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -48,30 +50,27 @@ _QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_
           "elasticity", "created_at", "updated_at", "labels")  # fmt: skip
 _WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
            "current", "last_heartbeat", "started_at", "placement")  # fmt: skip
-_WORKER_DATA = _WORKER[3:]
 _QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")
 
 _SELECT_NAMESPACE = _rows.select("namespaces", _NAMESPACE)
 _SELECT_TOKEN = _rows.select("tokens", _TOKEN) + " WHERE revoked_at IS NULL"
 _SELECT_QUEUE = _rows.select("queues", _QUEUE)
 _SELECT_WORKER = _rows.select("workers", _WORKER)
-_UPDATE_QUEUE = _rows.update("queues", _QUEUE[2:], _QUEUE[:2])
-_UPDATE_WORKER = _rows.update("workers", _WORKER_DATA, ("id",))
-_INSERT_NAMESPACE = _rows.insert("namespaces", _NAMESPACE)
-_INSERT_TOKEN = _rows.insert("tokens", (*_TOKEN, "hash"))
-_INSERT_QUEUE = _rows.insert("queues", _QUEUE)
-_INSERT_WORKER = _rows.insert("workers", _WORKER)
-_INSERT_QUEUE_EVENT = (
-    _rows.insert("queue_events", _QUEUE_EVENT[1:]) + f" RETURNING {', '.join(_QUEUE_EVENT)}"
-)
 
 
-class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueries):
+def _row(obj: msgspec.Struct, cols: Sequence[str]) -> dict[str, Any]:
+    """``{column: value}`` of ``obj`` as stored (JSON columns encoded)."""
+    return dict(zip(cols, _rows.params(obj, cols), strict=True))
+
+
+class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueries):
     """The row store. Build it with :func:`open_store`; close it with :meth:`close`.
 
-    Uniqueness checks followed by a write are atomic without a transaction: this store is
-    the file's only connection (DuckDB locks the file) and its calls run one at a time.
-    The job and history queries are in :mod:`lakeshore.store.jobs`.
+    A write of a logged row is a plan (checked against the rows, turned into
+    :class:`~lakeshore.model.images.Image` s) that goes in a batch to the log set by
+    :meth:`write_through` — the control plane's state stream — before it is committed
+    (:mod:`lakeshore.store.writes`). The job and history queries are in
+    :mod:`lakeshore.store.jobs`.
     """
 
     def __init__(self, con: Con, executor: ThreadPoolExecutor) -> None:
@@ -81,6 +80,9 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
         # Every queue row, as all_queues last read them; None once a queue write may have
         # changed them. Touched on the store's thread only (inside ``_run``'s functions).
         self._queue_rows: list[Queue] | None = None
+        self._init_writes(con)
+        #: Nats-TTL of idempotency key images (seconds; ``None``: kept until deleted)
+        self.key_ttl_s: int | None = None
 
     async def _run(self, fn: Callable[[Con], T]) -> T:
         if self._closed:
@@ -102,6 +104,7 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
         """
         if self._closed:
             return
+        await self.close_writes()
         self._closed = True
         loop = asyncio.get_running_loop()
         try:
@@ -130,12 +133,12 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             errors.AlreadyExists: a namespace with that name exists.
         """
 
-        def work(con: Con) -> None:
+        def plan(con: Con) -> tuple[list[Image], None]:
             if _rows.scalar(con, "SELECT 1 FROM namespaces WHERE name = ?", [ns.name]):
                 raise errors.AlreadyExists("namespace", ns.name, "")
-            con.execute(_INSERT_NAMESPACE, _rows.params(ns, _NAMESPACE))
+            return [images.of_row("ns", _row(ns, _NAMESPACE))], None
 
-        await self._run(work)
+        await self._write(plan)
 
     async def get_namespace(self, name: str) -> Namespace | None:
         sql = _SELECT_NAMESPACE + " WHERE name = ?"
@@ -155,13 +158,14 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             errors.AlreadyExists: the id, or the hash, is already taken (revoked or not).
         """
 
-        def work(con: Con) -> None:
+        def plan(con: Con) -> tuple[list[Image], None]:
             sql = "SELECT 1 FROM tokens WHERE id = ? OR hash = ?"
             if _rows.scalar(con, sql, [token.id, token_hash]):
                 raise errors.AlreadyExists("token", token.id, " (or its secret is reused)")
-            con.execute(_INSERT_TOKEN, [*_rows.params(token, _TOKEN), token_hash])
+            row = {**_row(token, _TOKEN), "hash": token_hash, "revoked_at": None}
+            return [images.of_row("token", row)], None
 
-        await self._run(work)
+        await self._write(plan)
 
     async def token_by_hash(self, token_hash: str) -> Token | None:
         """The live (not revoked) token whose secret hashes to ``token_hash``."""
@@ -186,12 +190,17 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
         Returns:
             The revoked token, or ``None`` when ``namespace`` has no live token ``token_id``.
         """
-        sql = (
-            "UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL "
-            f"AND namespace IS NOT DISTINCT FROM ? RETURNING {', '.join(_TOKEN)}"
-        )
-        params = [now() if at is None else at, token_id, namespace]
-        return await self._run(lambda con: _rows.first(con, Token, sql, params))
+        where = "WHERE id = ? AND revoked_at IS NULL AND namespace IS NOT DISTINCT FROM ?"
+
+        def plan(con: Con) -> tuple[list[Image], Token | None]:
+            rows = images.read_rows(con, "token", where, [token_id, namespace])
+            if not rows:
+                return [], None
+            row = {**rows[0], "revoked_at": now() if at is None else at}
+            token = msgspec.convert({c: row[c] for c in _TOKEN}, Token)
+            return [images.of_row("token", row)], token
+
+        return await self._write(plan)
 
     # ---- queues ---------------------------------------------------------------------
 
@@ -202,14 +211,13 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             errors.AlreadyExists: the namespace has a queue of that name.
         """
 
-        def work(con: Con) -> None:
+        def plan(con: Con) -> tuple[list[Image], None]:
             sql = "SELECT 1 FROM queues WHERE namespace = ? AND name = ?"
             if _rows.scalar(con, sql, [q.namespace, q.name]):
                 raise errors.AlreadyExists("queue", q.name, f" in namespace {q.namespace!r}")
-            self._queue_rows = None
-            con.execute(_INSERT_QUEUE, _rows.params(q, _QUEUE))
+            return [images.of_row("queue", _row(q, _QUEUE))], None
 
-        await self._run(work)
+        await self._write(plan)
 
     async def update_queue(self, q: Queue) -> None:
         """Overwrite every column of the queue ``(q.namespace, q.name)`` but its key.
@@ -217,24 +225,25 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
         Raises:
             errors.QueueNotFound: there is no such queue.
         """
-        params = [*_rows.params(q, _QUEUE[2:]), q.namespace, q.name]
 
-        def work(con: Con) -> Any:
-            self._queue_rows = None
-            return _rows.scalar(con, _UPDATE_QUEUE, params)
+        def plan(con: Con) -> tuple[list[Image], None]:
+            sql = "SELECT 1 FROM queues WHERE namespace = ? AND name = ?"
+            if not _rows.scalar(con, sql, [q.namespace, q.name]):
+                raise errors.QueueNotFound(q.namespace, q.name)
+            return [images.of_row("queue", _row(q, _QUEUE))], None
 
-        if not await self._run(work):
-            raise errors.QueueNotFound(q.namespace, q.name)
+        await self._write(plan)
 
     async def delete_queue(self, namespace: str, name: str) -> bool:
         """Delete the queue row (its events are kept). Returns whether it existed."""
-        sql = "DELETE FROM queues WHERE namespace = ? AND name = ?"
+        sql = "SELECT 1 FROM queues WHERE namespace = ? AND name = ?"
 
-        def work(con: Con) -> Any:
-            self._queue_rows = None
-            return _rows.scalar(con, sql, [namespace, name])
+        def plan(con: Con) -> tuple[list[Image], bool]:
+            if not _rows.scalar(con, sql, [namespace, name]):
+                return [], False
+            return [images.tombstone("queue", namespace, name)], True
 
-        return bool(await self._run(work))
+        return await self._write(plan)
 
     async def get_queue(self, namespace: str, name: str) -> Queue | None:
         sql = _SELECT_QUEUE + " WHERE namespace = ? AND name = ?"
@@ -291,23 +300,16 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             errors.AlreadyExists: another worker id has the same (namespace, name).
         """
 
-        def work(con: Con) -> None:
+        def plan(con: Con) -> tuple[list[Image], None]:
             sql = "SELECT id FROM workers WHERE namespace = ? AND name = ? AND id <> ?"
             other = _rows.scalar(con, sql, [w.namespace, w.name, w.id])
             if other is not None:
                 raise errors.AlreadyExists(
                     "worker", w.name, f" in namespace {w.namespace!r} with id {other!r}"
                 )
-            key = con.execute("SELECT namespace, name FROM workers WHERE id = ?", [w.id]).fetchone()
-            if key == (w.namespace, w.name):
-                con.execute(_UPDATE_WORKER, [*_rows.params(w, _WORKER_DATA), w.id])
-                return
-            # Key columns are never updated in place (DuckDB's index limitation).
-            if key is not None:
-                con.execute("DELETE FROM workers WHERE id = ?", [w.id])
-            con.execute(_INSERT_WORKER, _rows.params(w, _WORKER))
+            return [images.of_row("worker", _row(w, _WORKER))], None
 
-        await self._run(lambda con: _rows.transaction(con, work))
+        await self._write(plan)
 
     async def get_worker(self, namespace: str, ref: str) -> Worker | None:
         """The worker of ``namespace`` whose id, else whose name, is ``ref``."""
@@ -326,8 +328,13 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
 
     async def delete_worker(self, id: str) -> bool:
         """Returns whether a worker with that id existed."""
-        sql = "DELETE FROM workers WHERE id = ?"
-        return bool(await self._run(lambda con: _rows.scalar(con, sql, [id])))
+
+        def plan(con: Con) -> tuple[list[Image], bool]:
+            if not _rows.scalar(con, "SELECT 1 FROM workers WHERE id = ?", [id]):
+                return [], False
+            return [images.tombstone("worker", id)], True
+
+        return await self._write(plan)
 
     async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:
         """Remove ``queue`` from the ``queues`` of every worker of ``namespace``, atomically.
@@ -338,7 +345,7 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             The changed workers as they are now, by name.
         """
 
-        def work(con: Con) -> list[Worker]:
+        def plan(con: Con) -> tuple[list[Image], list[Worker]]:
             # A validated name's JSON string matches only a whole list element; the exact
             # test below is authoritative, the filter only narrows the scan.
             sql = _SELECT_WORKER + " WHERE namespace = ? AND contains(queues, ?) ORDER BY name"
@@ -347,14 +354,9 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
                 for w in _rows.fetch(con, Worker, sql, [namespace, _rows.to_json(queue)])
                 if queue in w.queues
             ]
-            if changed:
-                con.executemany(
-                    "UPDATE workers SET queues = ? WHERE id = ?",
-                    [[_rows.to_json(w.queues), w.id] for w in changed],
-                )
-            return changed
+            return [images.of_row("worker", _row(w, _WORKER)) for w in changed], changed
 
-        return await self._run(lambda con: _rows.transaction(con, work))
+        return await self._write(plan)
 
     # ---- queue events ---------------------------------------------------------------
 
@@ -373,12 +375,19 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
             The stored event, with its id (increasing in append order) and its detail.
         """
         encoded = None if detail is None else _rows.to_json(detail)
-        params = [namespace, queue, now() if ts is None else ts, type, actor, encoded]
-        event = await self._run(
-            lambda con: _rows.first(con, QueueEvent, _INSERT_QUEUE_EVENT, params)
-        )
-        assert event is not None
-        return event
+
+        def plan(con: Con) -> tuple[list[Image], QueueEvent]:
+            # The one writer numbers the events (under the write lock, after every earlier
+            # event is applied), so every replica has the same ids.
+            id = _rows.scalar(con, "SELECT coalesce(max(id), 0) + 1 FROM queue_events")
+            at = now() if ts is None else ts
+            at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+            values = [id, namespace, queue, at, type, actor, encoded]
+            row = dict(zip(_QUEUE_EVENT, values, strict=True))
+            event = QueueEvent(**{**row, "detail": _rows.from_json(encoded)})
+            return [images.of_row("qevent", row)], event
+
+        return await self._write(plan)
 
     async def list_queue_events(
         self,
@@ -421,14 +430,14 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
         Raises:
             errors.AlreadyExists: the namespace has a provider of that name.
         """
-        await self._run(lambda con: prov.insert(con, p))
+        await self._write(lambda con: ([images.of_row("provider", prov.insert(con, p))], None))
 
     async def get_provider(self, namespace: str, name: str) -> Provider | None:
         return await self._run(lambda con: prov.get(con, namespace, name))
 
     async def update_provider(self, p: Provider) -> None:
         """Replace a provider row's config and labels."""
-        await self._run(lambda con: prov.update(con, p))
+        await self._write(lambda con: ([images.of_row("provider", prov.update(con, p))], None))
 
     async def list_providers(self, namespace: str) -> list[Provider]:
         """The namespace's stored providers, by name (the built-in ``local`` is not stored)."""
@@ -436,7 +445,12 @@ class Store(JobQueries, KeyQueries, RegistryQueries, HistoryQueries, BackupQueri
 
     async def delete_provider(self, namespace: str, name: str) -> Provider | None:
         """Delete a provider row; returns it as it was, or ``None`` if there was none."""
-        return await self._run(lambda con: prov.delete(con, namespace, name))
+
+        def plan(con: Con) -> tuple[list[Image], Provider | None]:
+            gone = prov.get(con, namespace, name)
+            return ([] if gone is None else [images.tombstone("provider", namespace, name)]), gone
+
+        return await self._write(plan)
 
 
 def _connect(path: Path, migrations: Sequence[mig.Migration]) -> Con:

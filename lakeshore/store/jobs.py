@@ -28,7 +28,7 @@ from lakeshore.model import (
     JobDetail,
     RemoteError,
 )
-from lakeshore.store import _rows, fences
+from lakeshore.store import _rows, fences, images
 from lakeshore.store import job_sql as q
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
 from lakeshore.store.port import JobRecord, QueueActivity
@@ -250,6 +250,9 @@ class JobQueries:
             if batches:
                 sql = "INSERT INTO recorded_batches SELECT unnest(?::BIGINT[])"
                 con.execute(sql, [list(batches)])
+                # How far the events stream is projected here (a rebuilt file starts at 0).
+                done = max(images.position(con, images.EVENTS_LOG) or 0, *batches)
+                images.set_position(con, images.EVENTS_LOG, done)
             return len(rows)
 
         if not batches:

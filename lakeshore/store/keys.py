@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 
-from lakeshore.store import _rows
+from lakeshore.store import images
+from lakeshore.store.images import Image
 from lakeshore.store.port import StoredKey
 
 Con = duckdb.DuckDBPyConnection
@@ -20,8 +21,7 @@ T = TypeVar("T")
 
 _GET = """SELECT key, invocation_id, digest FROM idempotency_keys
     WHERE namespace = ? AND queue = ? AND created_at >= ? AND key IN (SELECT unnest(?))"""
-_PUT = """INSERT OR REPLACE INTO idempotency_keys
-    (namespace, queue, key, invocation_id, digest, created_at) VALUES (?, ?, ?, ?, ?, ?)"""
+_KEY_COLUMNS = ("namespace", "queue", "key", "invocation_id", "digest", "created_at")
 _RECORDED = """SELECT DISTINCT invocation_id FROM invocation_events
     WHERE namespace = ? AND invocation_id IN (SELECT unnest(?))"""
 
@@ -32,6 +32,8 @@ class KeyQueries:
     if TYPE_CHECKING:
 
         async def _run(self, fn: Callable[[Con], T]) -> T: ...
+
+        async def _write(self, plan: Callable[[Con], tuple[list[Image], T]]) -> T: ...
 
     async def get_keys(
         self, namespace: str, queue: str, keys: Sequence[str], since: datetime
@@ -48,26 +50,38 @@ class KeyQueries:
     async def put_keys(
         self, namespace: str, queue: str, keys: dict[str, StoredKey], at: datetime
     ) -> None:
-        """Store keys (replacing expired ones of the same name), atomically."""
-        rows = [[namespace, queue, k, v.invocation_id, v.digest, at] for k, v in keys.items()]
-        if not rows:
-            return
-
-        await self._run(lambda con: _rows.transaction(con, lambda c: c.executemany(_PUT, rows)))
+        """Store keys (replacing expired ones of the same name)."""
+        rows = [
+            dict(
+                zip(_KEY_COLUMNS, (namespace, queue, k, v.invocation_id, v.digest, at), strict=True)
+            )
+            for k, v in keys.items()
+        ]
+        if rows:
+            await self._write(lambda con: ([images.of_row("idem", r) for r in rows], None))
 
     async def forget_keys(
         self, namespace: str, queue: str, keys: Sequence[str] | None = None
     ) -> None:
         """Forget ``keys`` of a queue (``None``: all, the queue is being deleted)."""
-        sql = "DELETE FROM idempotency_keys WHERE namespace = ? AND queue = ?"
+        sql = "SELECT key FROM idempotency_keys WHERE namespace = ? AND queue = ?"
         params: list[object] = [namespace, queue]
         if keys is not None:
             sql += " AND key IN (SELECT unnest(?))"
             params.append(list(keys))
-        await self._run(lambda con: con.execute(sql, params))
+
+        def plan(con: Con) -> tuple[list[Image], None]:
+            found = [r[0] for r in con.execute(sql, params).fetchall()]
+            return [images.tombstone("idem", namespace, queue, k) for k in found], None
+
+        await self._write(plan)
 
     async def prune_keys(self, before: datetime) -> int:
-        """Forget keys stored before ``before``; how many were."""
+        """Forget keys stored before ``before``; how many were.
+
+        This file only: the state log expires each key's image by itself (its TTL), so
+        every replica prunes its own copy.
+        """
         sql = "DELETE FROM idempotency_keys WHERE created_at < ? RETURNING 1"
         return await self._run(lambda con: len(con.execute(sql, [before]).fetchall()))
 

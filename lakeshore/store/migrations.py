@@ -166,6 +166,18 @@ MIGRATIONS: list[Migration] = [
             )""",
         ],
     ),
+    (
+        7,
+        [
+            # How far this file has applied each log it projects: the state stream (row
+            # images) and the events stream (the Recorder's). A fresh file starts both at 0;
+            # a file from before has its events position unknown (its Recorder's consumer
+            # knows it) and its rows not yet in the state stream (the leader seeds them).
+            "CREATE TABLE log_positions (log VARCHAR PRIMARY KEY, seq BIGINT NOT NULL)",
+            "INSERT INTO log_positions SELECT 'events', 0 "
+            "WHERE NOT EXISTS (SELECT 1 FROM invocation_events)",
+        ],
+    ),
 ]
 
 

@@ -13,17 +13,16 @@ import msgspec
 
 from lakeshore import errors
 from lakeshore.model import Provider
-from lakeshore.store import _rows
+from lakeshore.store import _rows, images
 
 Con = duckdb.DuckDBPyConnection
 
 _COLUMNS = ("namespace", "name", "kind", "config", "created_at", "labels")
 _SELECT = _rows.select("providers", _COLUMNS)
-_INSERT = _rows.insert("providers", _COLUMNS)
 
 
-def insert(con: Con, p: Provider) -> None:
-    """Add a provider row.
+def insert(con: Con, p: Provider) -> dict[str, Any]:
+    """The row of a new provider (for its image).
 
     Raises:
         errors.AlreadyExists: the namespace has a provider of that name.
@@ -31,13 +30,21 @@ def insert(con: Con, p: Provider) -> None:
     sql = "SELECT 1 FROM providers WHERE namespace = ? AND name = ?"
     if _rows.scalar(con, sql, [p.namespace, p.name]):
         raise errors.AlreadyExists("provider", p.name, f" in namespace {p.namespace!r}")
-    con.execute(_INSERT, _values(p))
+    return dict(zip(_COLUMNS, _values(p), strict=True))
 
 
-def update(con: Con, p: Provider) -> None:
-    """Replace a provider row's config and labels (its kind and name never change)."""
-    sql = "UPDATE providers SET config = ?, labels = ? WHERE namespace = ? AND name = ?"
-    con.execute(sql, [_rows.to_json(p.config), _rows.to_json(p.labels), p.namespace, p.name])
+def update(con: Con, p: Provider) -> dict[str, Any]:
+    """The row with ``p``'s config and labels (its kind, name and creation kept).
+
+    Raises:
+        errors.NotFound: there is no such provider.
+    """
+    rows = images.read_rows(
+        con, "provider", "WHERE namespace = ? AND name = ?", [p.namespace, p.name]
+    )
+    if not rows:
+        raise errors.NotFound(f"no provider {p.name!r} in namespace {p.namespace!r}")
+    return {**rows[0], "config": _rows.to_json(p.config), "labels": _rows.to_json(p.labels)}
 
 
 def _values(p: Provider) -> list[Any]:
@@ -53,13 +60,6 @@ def get(con: Con, namespace: str, name: str) -> Provider | None:
 def list_(con: Con, namespace: str) -> list[Provider]:
     """The namespace's provider rows, by name."""
     return _fetch(con, _SELECT + " WHERE namespace = ? ORDER BY name", [namespace])
-
-
-def delete(con: Con, namespace: str, name: str) -> Provider | None:
-    """Delete a provider row; returns it as it was, or ``None`` if there was none."""
-    sql = f"DELETE FROM providers WHERE namespace = ? AND name = ? RETURNING {', '.join(_COLUMNS)}"
-    rows = _fetch(con, sql, [namespace, name])
-    return rows[0] if rows else None
 
 
 def _fetch(con: Con, sql: str, args: list[Any]) -> list[Provider]:

@@ -1,9 +1,9 @@
-"""Worker liveness in one statement: the registry's heartbeat writes.
+"""Worker liveness in one write: the registry's heartbeat writes.
 
 The WorkerRegistry (the only writer of worker rows) keeps what heartbeats say in memory and
-writes it here, many workers per statement: ``status``, ``current`` and ``last_heartbeat``
-only, so a batch never undoes a change of membership, name or labels written meanwhile by
-:meth:`~lakeshore.store.duckdb.Store.upsert_worker`.
+writes it here, many workers per write, only those that changed: ``status``, ``current``
+and ``last_heartbeat`` only, so a batch never undoes a change of membership, name or labels
+written meanwhile by :meth:`~lakeshore.store.duckdb.Store.upsert_worker`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING, TypeVar
 import duckdb
 
 from lakeshore.model import Worker
+from lakeshore.store import images
+from lakeshore.store.images import Image
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
 
-# One UPDATE joined with the unnested arrays: one statement (and one commit) for the whole
-# fleet, where a row at a time costs a commit each.
-_UPDATE_LIVENESS = """UPDATE workers
-    SET status = v.status, current = v.current, last_heartbeat = v.last_heartbeat
-    FROM (SELECT unnest(?::VARCHAR[]) AS id, unnest(?::VARCHAR[]) AS status,
-                 unnest(?::VARCHAR[]) AS current, unnest(?::TIMESTAMPTZ[]) AS last_heartbeat) v
-    WHERE workers.id = v.id"""
+_ROWS = "WHERE id IN (SELECT unnest(?::VARCHAR[]))"
 
 
 class RegistryQueries:
@@ -32,21 +28,27 @@ class RegistryQueries:
 
     if TYPE_CHECKING:
 
-        async def _run(self, fn: Callable[[Con], T]) -> T: ...
+        async def _write(self, plan: Callable[[Con], tuple[list[Image], T]]) -> T: ...
 
     async def update_liveness(self, workers: Sequence[Worker]) -> None:
         """Overwrite ``status``, ``current`` and ``last_heartbeat`` of each worker, by id, in
-        one statement; every other column is kept. A worker without a row is skipped.
+        one write; every other column is kept. A worker without a row is skipped.
 
         Args:
             workers: rows with distinct ids, as the registry holds them.
         """
         if not workers:
             return
-        params = [
-            [w.id for w in workers],
-            [str(w.status) for w in workers],
-            [w.current for w in workers],
-            [w.last_heartbeat for w in workers],
-        ]
-        await self._run(lambda con: con.execute(_UPDATE_LIVENESS, params))
+        by_id = {w.id: w for w in workers}
+
+        def plan(con: Con) -> tuple[list[Image], None]:
+            changed = []
+            for row in images.read_rows(con, "worker", _ROWS, [list(by_id)]):
+                w = by_id[row["id"]]
+                live = {"status": str(w.status), "current": w.current,
+                        "last_heartbeat": w.last_heartbeat}  # fmt: skip
+                if any(row[k] != v for k, v in live.items()):
+                    changed.append(images.of_row("worker", {**row, **live}))
+            return changed, None
+
+        await self._write(plan)

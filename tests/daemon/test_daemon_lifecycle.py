@@ -7,7 +7,9 @@ from pathlib import Path
 
 import daemon_jobs
 from daemon_support import WAIT_S, J, W, command, fn, wait_gone, wait_pid
+from natsauth import plane_nats
 
+from lakeshore.bus.subjects import STATE_STREAM
 from lakeshore.model import DaemonControl, EventType, WorkerStatus
 
 
@@ -78,11 +80,15 @@ async def test_a_run_past_the_drain_timeout_is_interrupted_and_returned(bench, d
 
 
 async def test_a_daemon_the_registry_forgot_registers_again_under_its_id(
-    bench, daemons, control_plane, plane_factory
+    bench, daemons, control_plane, plane_factory, nats_server
 ):
     daemon = await daemons.start("survivor")
     await control_plane.stop()
-    successor = await plane_factory()  # a new store: the worker is unknown there
+    # Every row lost (the state stream and the file): the worker is unknown there.
+    nc = await plane_nats(nats_server.url)
+    await nc.jetstream().delete_stream(STATE_STREAM)
+    await nc.close()
+    successor = await plane_factory()
     async with asyncio.timeout(WAIT_S):
         await daemon.running.heartbeater.wait_beats(2)
     async with successor.client() as api:

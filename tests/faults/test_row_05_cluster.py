@@ -14,11 +14,11 @@ import time
 
 import natsauth
 import pytest
+from nats_cluster import CONFS, free_port, local_conf
 from natsauth import plane_nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, tally
-from test_cluster import CONFS, _free_port, _local_conf
 
 from lakeshore.errors import Unavailable
 
@@ -42,8 +42,8 @@ class _Cluster:
         self.files = natsauth.cluster_files(tmp_path / "secrets")
         assert self.files.ca is not None
         self.ca_pem = self.files.ca.read_text()
-        ports = [_free_port() for _ in CONFS]
-        self.confs = [_local_conf(c, tmp_path, ports, i) for i, c in enumerate(CONFS)]
+        ports = [free_port() for _ in CONFS]
+        self.confs = [local_conf(c, tmp_path, ports, i) for i, c in enumerate(CONFS)]
         self.nodes: list = [None] * len(CONFS)
 
     def name(self, i: int) -> str:

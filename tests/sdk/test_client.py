@@ -165,6 +165,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
     c = Client("http://unused", None, namespace="x")
     calls = [
         c.healthz(),
+        c.readyz(),
         c.openapi(),
         c.namespaces_add("x"),
         c.namespaces_ls(),

@@ -259,6 +259,13 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         await _refused(client, f"$JS.API.DIRECT.GET.KV_{subjects.RESULTS_BUCKET}.$KV."
                        f"{subjects.RESULTS_BUCKET}.{result_key}")  # fmt: skip
         client.errors.clear()
+        # write a row of the control plane (a token of its own) or take the leader lease
+        await _refused(client, f"{subjects.STATE_PREFIX}.token.forged", b"\x93")
+        client.errors.clear()
+        await _refused(client, subjects.lease_subject(), b'{"holder_id": "me"}')
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.MSG.GET.{subjects.STATE_STREAM}", b'{"seq":1}')
+        client.errors.clear()
 
     for who in ("rival daemon", "rival producer"):
         client = probers[who]

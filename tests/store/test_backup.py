@@ -163,9 +163,11 @@ async def test_a_restored_backup_answers_the_same_rows_through_the_api(
     assert manifest.schema_version == len(mig.MIGRATIONS) == saved.schema_version
     assert len(manifest.tables) == saved.tables and len(parquet) == saved.tables
     assert manifest.tables["queues"] == 3 and manifest.tables["providers"] == 1
-    [events] = manifest.streams
+    events, state = manifest.streams
     assert events.stream == subjects.EVENTS_STREAM
     assert 0 < events.covered_seq <= events.last_seq
+    # The rows' log: the file had applied it up to there (queues, providers… are in it).
+    assert state.stream == subjects.STATE_STREAM and state.covered_seq > 0
 
     new_dir = tmp_path / "restored"
     done = restore(archive, new_dir)

@@ -1,0 +1,191 @@
+"""The projector: applies the state stream to this replica's DuckDB, in order, exactly once.
+
+A standby runs one: it reads ``LS_STATE`` from the sequence after the one its file has
+applied (``log_positions``) and applies each batch of images together with the batch's
+last sequence, in one transaction: a crash re-reads at most what was not committed, and
+nothing is applied twice. A new leader runs it until its file has applied everything up to
+its epoch record, then pauses it: a leader's own writes are applied as they are committed
+(:mod:`lakeshore.store.writes`, through :class:`LeaderWrites`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import msgspec
+
+from lakeshore.bus.state import StateLog, StateTail, last_sequence
+from lakeshore.errors import NotLeader, Unavailable
+from lakeshore.model.images import Image, decode
+from lakeshore.store import Store
+from lakeshore.store.images import STATE_LOG
+
+log = logging.getLogger(__name__)
+
+#: How long a leader's write waits for its images to come back applied (seconds).
+APPLY_TIMEOUT_S = 10.0
+#: Pause after the store refused a batch (a full disk), before trying it again (seconds).
+_RETRY_S = 1.0
+
+
+class Projector:
+    """Keeps ``store`` up with ``LS_STATE``; :meth:`applied` waits for a sequence."""
+
+    def __init__(self, store: Store, tail: StateTail, js: object) -> None:
+        self._store, self._tail, self._js = store, tail, js
+        #: the last sequence applied to the file
+        self.position = 0
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Read the file's position and start following the stream from there (if not
+        following it already)."""
+        if self._task is not None:
+            return
+        position = await self._store.log_position(STATE_LOG) or 0
+        last = await last_sequence(self._js)
+        if last < position:
+            # The stream is younger than the file (its NATS store was lost or replaced):
+            # follow the new stream from its start; the leader seeds it from its file.
+            log.warning(
+                "the state stream ends at %d but this file applied up to %d: "
+                "following the stream from its start",
+                last,
+                position,
+            )
+            position = 0
+        self.position = position
+        self._task = asyncio.create_task(self._run(), name="state-projector")
+
+    async def catch_up(self, timeout_s: float = APPLY_TIMEOUT_S) -> None:
+        """Apply what the stream holds beyond the file's position, then stop again."""
+        await self.start()
+        try:
+            await self.applied(await last_sequence(self._js), timeout_s)
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        """Stop following the stream (:meth:`start` follows it again from the file)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._tail.close()
+        for _, waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(Unavailable("the state projector stopped"))
+        self._waiters.clear()
+
+    async def applied(self, seq: int, timeout_s: float = APPLY_TIMEOUT_S) -> None:
+        """Return once every message up to ``seq`` is applied to the file.
+
+        Raises:
+            Unavailable: not within ``timeout_s``, or the projector stopped.
+        """
+        if self.position >= seq:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, waiter))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except TimeoutError:
+            raise Unavailable(
+                f"the state log's sequence {seq} was not applied within {timeout_s:g}s "
+                f"(applied up to {self.position})"
+            ) from None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove((seq, waiter))
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                batch = await self._tail.read(self.position)
+            except Exception as e:  # a loop that must outlive any outage: retried
+                log.warning("state projector: cannot read the stream: %s", e)
+                await self._tail.close()
+                await asyncio.sleep(_RETRY_S)
+                continue
+            if not batch:
+                continue
+            rows = [image for _, data in batch if data and (image := _image(data)) is not None]
+            last = batch[-1][0]
+            while True:
+                try:
+                    await self._store.apply_images(rows, last)
+                    break
+                except Unavailable as e:
+                    log.error("state projector: the store refused a batch: %s", e)
+                except Exception:  # a bug: said loudly, and tried again rather than dying
+                    log.exception("state projector: applying up to %d failed", last)
+                await asyncio.sleep(_RETRY_S)
+            self.position = last
+            for seq, waiter in self._waiters:
+                if seq <= last and not waiter.done():
+                    waiter.set_result(None)
+
+
+def _image(data: bytes) -> Image | None:
+    try:
+        return decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        log.error("state projector: skipping a message that is not a row image: %s", e)
+        return None
+
+
+async def seed(store: Store, state: StateLog) -> int:
+    """Publish every row of this file to a state stream that holds no row yet (the file
+    is from before the stream, or the stream's NATS store was lost); how many rows."""
+    if await state.holds_rows():
+        return 0
+    rows = await store.all_images()
+    if rows:
+        log.warning("the state stream holds no row: seeding it with this file's %d", len(rows))
+        await store.apply_images([], await state.publish(rows))
+    return len(rows)
+
+
+class LeaderWrites:
+    """The store's log while this replica leads: its batches go to the state stream,
+    fenced by the epoch. The projector is paused meanwhile (the store applies its own
+    writes as it commits them); after a batch whose fate the stream did not tell (a
+    timeout: some images may have landed), the file catches up before the next one."""
+
+    def __init__(self, state: StateLog, projector: Projector) -> None:
+        self._state, self._projector = state, projector
+        self._unsure = False
+
+    async def ready(self) -> None:
+        if self._unsure:
+            await self._projector.catch_up()
+            self._unsure = False
+
+    async def append(self, images: list[Image]) -> int:
+        try:
+            return await self._state.publish(images)
+        except NotLeader:
+            raise
+        except BaseException:
+            self._unsure = True
+            raise
+
+
+class StandbyWrites:
+    """The store's log while this replica does not lead: every write is refused."""
+
+    def __init__(self, leader_url: str | None = None) -> None:
+        self.leader_url = leader_url
+
+    async def ready(self) -> None:
+        return None
+
+    async def append(self, images: list[Image]) -> int:
+        raise NotLeader("this control plane is a standby", self.leader_url)

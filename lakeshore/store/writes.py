@@ -1,0 +1,193 @@
+"""Row writes, in batches: planned against the file, logged, then committed together.
+
+Every write of a logged row (:mod:`lakeshore.store.images`) is a *plan*: a function run on
+the store's thread that checks the rows (a name taken, a row missing) and answers the
+images of what changes, with the write's result. Writes queue up while a batch is on its
+way and go as the next batch, so a burst (a thousand daemons registering) costs a few
+round trips to NATS rather than one each:
+
+1. ``BEGIN``; each plan runs in turn and its images are applied at once, so the next plan
+   sees them (a plan that refuses changes nothing and fails only its own write);
+2. the images go to the :class:`RowLog` — the leader's fenced state stream — and the
+   batch waits, on the store's thread, for them to be acknowledged (reads wait too: no
+   one sees a row the log has not taken);
+3. ``COMMIT`` with the log's sequence as the file's position; then every write is answered.
+
+If the log refuses (``NotLeader``: a newer leader) or fails, the batch is rolled back and
+each write fails with that error. A commit that fails after the log took the images (a
+full disk) keeps them, and applies them before anything new is planned. Without a log (a
+store opened on its own, as the store's tests do) the batch is committed as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import duckdb
+
+from lakeshore.model.images import Image
+from lakeshore.store import _rows, images
+from lakeshore.store.images import STATE_LOG
+
+Con = duckdb.DuckDBPyConnection
+T = TypeVar("T")
+Plan = Callable[[Con], tuple[list[Image], Any]]
+#: Most writes in one batch.
+MAX_BATCH = 512
+#: Longest wait for the log to take a batch (seconds; its own requests time out sooner).
+LOG_TIMEOUT_S = 60.0
+
+
+class RowLog(Protocol):
+    """Where a batch's images go before it is committed (the plane's state stream)."""
+
+    async def ready(self) -> None:
+        """Called before each batch, off the store's thread (e.g. to catch the file up
+        after a write whose outcome the log did not tell)."""
+
+    async def append(self, images: list[Image]) -> int:
+        """Log ``images``; the sequence of the last one.
+
+        Raises:
+            NotLeader: this control plane may not write (nothing of the batch is applied).
+            Unavailable: the log did not take them all.
+        """
+
+
+class WriteBatches:
+    """The write path of :class:`~lakeshore.store.duckdb.Store` (mixed in)."""
+
+    if TYPE_CHECKING:
+        _queue_rows: Any
+
+        async def _run(self, fn: Callable[[Con], T]) -> T: ...
+
+    def _init_writes(self, con: Con) -> None:
+        self._log: RowLog | None = None
+        self._queued: list[tuple[Plan, asyncio.Future[Any]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        #: images the log took whose commit failed, with their sequence
+        self._unapplied: tuple[list[Image], int] | None = None
+        #: the state stream's sequence this file has applied (see ``log_positions``)
+        self.state_position = images.position(con, STATE_LOG) or 0
+
+    def write_through(self, log: RowLog | None) -> None:
+        """Log every later batch to ``log`` before committing it (``None``: commit only)."""
+        self._log = log
+
+    async def _write(self, plan: Plan) -> Any:
+        """Queue ``plan`` for the next batch; its result once the batch is committed."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+        self._queued.append((plan, answer))
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_batches(), name="store-writes")
+        return await answer
+
+    async def _write_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queued:
+            batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+            log = self._log
+            try:
+                if log is not None:
+                    await log.ready()
+                commit = functools.partial(self._commit, batch=batch, log=log, loop=loop)
+                outcomes = await self._run(commit)
+            except Exception as e:  # the whole batch: refused, or not committed
+                for _, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(e)
+                continue
+            for (_, answer), (ok, value) in zip(batch, outcomes, strict=True):
+                if not answer.done():
+                    (answer.set_result if ok else answer.set_exception)(value)
+
+    def _commit(
+        self,
+        con: Con,
+        *,
+        batch: Sequence[tuple[Plan, asyncio.Future[Any]]],
+        log: RowLog | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> list[tuple[bool, Any]]:
+        """Steps 1–3 of the module docstring, on the store's thread."""
+        if self._unapplied is not None:
+            kept, seq = self._unapplied
+            _rows.transaction(con, lambda c: images.apply(c, kept, seq))
+            self._unapplied, self.state_position = None, seq
+        outcomes: list[tuple[bool, Any]] = []
+        planned: list[Image] = []
+        seq = None
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for plan, _ in batch:
+                try:
+                    changes, result = plan(con)
+                except Exception as e:  # the plan's refusal: its write fails, not the batch
+                    outcomes.append((False, e))
+                    continue
+                images.apply(con, changes, None)
+                planned += changes
+                outcomes.append((True, result))
+            if planned and log is not None:
+                sent = asyncio.run_coroutine_threadsafe(log.append(planned), loop)
+                seq = sent.result(LOG_TIMEOUT_S)
+                images.set_position(con, STATE_LOG, seq)
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        try:
+            con.execute("COMMIT")
+        except BaseException:
+            if seq is not None:  # logged but not in the file: applied before the next batch
+                self._unapplied = (planned, seq)
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            raise
+        if seq is not None:
+            self.state_position = seq
+        if any(image.kind == "queue" for image in planned):
+            self._queue_rows = None
+        return outcomes
+
+    async def close_writes(self) -> None:
+        """Let the batch under way finish (the writes queued after it fail)."""
+        if self._writer is not None and not self._writer.done():
+            with contextlib.suppress(Exception):
+                await self._writer
+
+    # ---- the projector's side -----------------------------------------------------------
+
+    async def apply_images(self, batch: Sequence[Image], seq: int | None) -> None:
+        """Apply images in order and record ``seq`` as the state log's position, atomically
+        (a standby's projector; a leader's own writes are applied as they commit)."""
+
+        def work(con: Con) -> None:
+            if "queue" in _rows.transaction(con, lambda c: images.apply(c, batch, seq)):
+                self._queue_rows = None
+            if seq is not None:
+                self.state_position = seq
+
+        await self._run(work)
+
+    async def log_position(self, log: str) -> int | None:
+        """The last sequence of ``log`` (:data:`images.STATE_LOG` …) applied to this file."""
+        return await self._run(lambda con: images.position(con, log))
+
+    async def all_images(self) -> list[Image]:
+        """Every logged row as an image."""
+        return await self._run(images.all_images)
+
+    async def wipe_logged_rows(self) -> None:
+        """Forget every logged row and the state log's position (a replay follows)."""
+
+        def work(con: Con) -> None:
+            _rows.transaction(con, images.wipe)
+            self._queue_rows, self.state_position = None, 0
+
+        await self._run(work)

@@ -1,0 +1,203 @@
+"""The state log's writer on a real ``LS_STATE``: fencing, subjects, headers, TTLs.
+
+Every test that needs NATS runs on a nats-server of its own (a fresh JetStream).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import natsauth
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from nats.js import errors as jse
+from polling import eventually
+
+from lakeshore.bus.state import (
+    EPOCH_HEADER,
+    StateLog,
+    StateTail,
+    ensure_state_stream,
+    last_sequence,
+    subject_of,
+)
+from lakeshore.errors import NotLeader
+from lakeshore.model import Namespace
+from lakeshore.model.images import Image
+from lakeshore.replica.projector import LeaderWrites, Projector, StandbyWrites
+from lakeshore.store import open_store
+from lakeshore.store.images import STATE_LOG, TABLES, of_row, tombstone
+from lakeshore.store.port import StoredKey
+
+T0 = datetime(2025, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+STREAM = "LS_STATE"
+DIGEST = re.compile(r"~[0-9a-f]{40}")
+
+
+@pytest.fixture
+async def nc(nats_server_factory) -> AsyncIterator[NatsClient]:
+    server = await nats_server_factory()
+    nc = await natsauth.plane_nats(server.url)
+    try:
+        await ensure_state_stream(nc.jetstream(timeout=5))
+        yield nc
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def js(nc: NatsClient) -> JetStreamContext:
+    return nc.jetstream(timeout=5)
+
+
+def _ns(name: str) -> Image:
+    return of_row("ns", {"name": name, "org": "acme", "created_at": T0})
+
+
+async def _rows(store: Any) -> dict[str, list[tuple[Any, ...]]]:
+    def read(con: Any) -> dict[str, list[tuple[Any, ...]]]:
+        return {
+            t.name: con.execute(f"SELECT * FROM {t.name} ORDER BY ALL").fetchall()
+            for t in TABLES.values()
+        }
+
+    return await store._run(read)
+
+
+async def test_a_deposed_state_log_is_refused_and_stores_nothing(js) -> None:
+    old, new = StateLog(js), StateLog(js)
+    await old.begin(1)
+    await old.publish([_ns("before")])
+    await new.begin(2)
+    last = await last_sequence(js)
+    with pytest.raises(NotLeader):
+        await old.publish([_ns("late"), _ns("later")])
+    with pytest.raises(NotLeader):
+        await old.publish([_ns("again")])
+    assert await last_sequence(js) == last
+    for name in ("late", "later", "again"):
+        with pytest.raises(jse.NotFoundError):
+            await js.get_last_msg(STREAM, subject_of(_ns(name)))
+    seq = await new.publish([_ns("on-time")])
+    assert seq == last + 1
+    stored = await js.get_last_msg(STREAM, subject_of(_ns("on-time")))
+    assert stored.headers[EPOCH_HEADER] == "2"
+
+
+async def test_a_deposed_leaders_store_refuses_a_write_and_keeps_its_file(
+    nc, js, tmp_path: Path
+) -> None:
+    store = await open_store(tmp_path / "old.duckdb")
+    projector = Projector(store, StateTail(nc), js)
+    await projector.start()
+    try:
+        old = StateLog(js)
+        await projector.applied(await old.begin(1))
+        await projector.stop()
+        store.write_through(LeaderWrites(old, projector))
+        await store.insert_namespace(Namespace(name="team", org="acme", created_at=T0))
+        await StateLog(js).begin(2)
+        rows, last = await _rows(store), await last_sequence(js)
+        with pytest.raises(NotLeader):
+            await store.insert_namespace(Namespace(name="other", org="acme", created_at=T0))
+        assert await last_sequence(js) == last
+        assert await _rows(store) == rows
+        assert await store.get_namespace("other") is None
+    finally:
+        await projector.stop()
+        await store.close()
+
+
+async def test_a_standby_store_refuses_writes_naming_the_leader(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "standby.duckdb")
+    try:
+        await store.insert_namespace(Namespace(name="team", org="acme", created_at=T0))
+        store.write_through(StandbyWrites("http://x"))
+        rows = await _rows(store)
+        with pytest.raises(NotLeader) as refused:
+            await store.insert_namespace(Namespace(name="other", org="acme", created_at=T0))
+        assert refused.value.leader_url == "http://x"
+        assert "http://x" in str(refused.value)
+        with pytest.raises(NotLeader):
+            key = {"k": StoredKey(invocation_id="i", digest="d")}
+            await store.put_keys("team", "jobs", key, T0)
+        assert await _rows(store) == rows
+        assert await store.log_position(STATE_LOG) is None
+    finally:
+        await store.close()
+
+
+def test_a_key_unsafe_in_a_subject_is_one_digest_token() -> None:
+    unsafe = ["a.b c*", "a.b c>", "a b", "x.y", "*", ">", "", "é", "~abc", "k" * 65]
+    subjects = [subject_of(tombstone("idem", "team", "jobs", key)) for key in unsafe]
+    for key, subject in zip(unsafe, subjects, strict=True):
+        tokens = subject.split(".")
+        assert tokens[:4] == ["lsstate", "idem", "team", "jobs"], key
+        assert len(tokens) == 5 and DIGEST.fullmatch(tokens[4]), (key, subject)
+        assert not re.search(r"[\s*>]", subject), key
+    assert len(set(subjects)) == len(unsafe)
+
+
+def test_a_plain_key_stays_readable() -> None:
+    assert subject_of(tombstone("queue", "team", "jobs")) == "lsstate.queue.team.jobs"
+    assert subject_of(tombstone("qevent", 42)) == "lsstate.qevent.42"
+    assert subject_of(tombstone("idem", "team", "jobs", "Key_1-x")) == "lsstate.idem.team.jobs.Key_1-x"  # fmt: skip  # noqa: E501
+
+
+def _queue_row(name: str) -> Image:
+    return of_row("queue", {"namespace": "team", "name": name, "kind": "fifo",
+                            "state": "active", "description": "", "max_depth": None,
+                            "on_full": "reject", "elasticity": "{}", "created_at": T0,
+                            "updated_at": T0, "labels": "{}"})  # fmt: skip
+
+
+def _key(key: str) -> Image:
+    return of_row("idem", {"namespace": "team", "queue": "jobs", "key": key,
+                           "invocation_id": "inv", "digest": "d", "created_at": T0})  # fmt: skip
+
+
+async def test_idempotency_key_images_carry_the_ttl_and_nothing_else_does(js) -> None:
+    state = StateLog(js, key_ttl_s=3600)
+    await state.begin(1)
+    kept, forgotten = _key("a.b c*"), tombstone("idem", "team", "jobs", "a.b c>")
+    others = [_ns("team"), _queue_row("jobs"), tombstone("queue", "team", "gone"),
+              tombstone("worker", "w-1"), tombstone("provider", "team", "old")]  # fmt: skip
+    await state.publish([kept, forgotten, *others])
+    for image in (kept, forgotten):
+        stored = await js.get_last_msg(STREAM, subject_of(image))
+        assert stored.headers["Nats-TTL"] == "3600", image
+        assert stored.headers[EPOCH_HEADER] == "1"
+    for image in others:
+        stored = await js.get_last_msg(STREAM, subject_of(image))
+        assert "Nats-TTL" not in (stored.headers or {}), image
+        assert stored.headers[EPOCH_HEADER] == "1"
+
+
+async def test_without_a_key_ttl_key_images_are_kept(js) -> None:
+    state = StateLog(js)
+    await state.begin(1)
+    await state.publish([_key("k")])
+    stored = await js.get_last_msg(STREAM, subject_of(_key("k")))
+    assert "Nats-TTL" not in stored.headers
+
+
+async def test_an_expired_key_image_leaves_the_stream_and_a_tombstone_stays(js) -> None:
+    state = StateLog(js, key_ttl_s=1)
+    await state.begin(1)
+    gone = tombstone("queue", "team", "gone")
+    await state.publish([_key("short"), gone])
+
+    async def key_left() -> bool:
+        try:
+            await js.get_last_msg(STREAM, subject_of(_key("short")))
+        except jse.NotFoundError:
+            return True
+        return False
+
+    await eventually(key_left, timeout_s=15.0, what="the key image to expire")
+    assert (await js.get_last_msg(STREAM, subject_of(gone))).data
