@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,47 +50,15 @@ sys.path[:0] = [str(_TESTS), str(_TESTS / "ha")]
 
 import natsauth  # noqa: E402
 from ha_harness import HA, Plane  # noqa: E402
-from nats_cluster import Cluster, start_cluster  # noqa: E402
+from nats_cluster import Cluster, nats_nodes, start_cluster  # noqa: E402
 from polling import eventually  # noqa: E402
 
 from lakeshore.bus.subjects import STATE_STREAM, lease_stream  # noqa: E402
-from lakeshore.embedded import NatsServer  # noqa: E402
 
 POLL_S = 0.025
 TARGET_P99_S = 10.0
 #: a round that takes longer is a harness failure, not a sample
 TAKEOVER_MAX_S = 120.0
-#: a write the new leader accepted but whose answer was lost and so retried
-
-NodeFactory = Callable[..., Awaitable[NatsServer]]
-
-
-@contextlib.asynccontextmanager
-async def nats_nodes(tmp: Path) -> AsyncIterator[NodeFactory]:
-    """tests/conftest.py's ``nats_server_factory`` outside pytest: every node started is
-    stopped on exit."""
-    async with contextlib.AsyncExitStack() as stack:
-        count = 0
-
-        async def start(
-            store_dir: Path | None = None,
-            port: int = 0,
-            extra_args: Sequence[str] = (),
-            config_file: Path | None = None,
-        ) -> NatsServer:
-            nonlocal count
-            count += 1
-            store = store_dir or tmp / f"nats-{count}"
-            config = config_file or natsauth.server_config(tmp / f"nats-{count}.conf")
-            server = NatsServer(
-                store, config_file=config, port=port, server_name=f"test-{count}",
-                extra_args=extra_args,
-            )  # fmt: skip
-            stack.push_async_callback(server.stop)
-            await server.start()
-            return server
-
-        yield start
 
 
 @dataclass

@@ -9,19 +9,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import natsauth
 import pytest
 import pytest_asyncio
+from nats_cluster import NatsServerFactory, nats_nodes
 
 from lakeshore.embedded import NatsServer
 
@@ -30,8 +30,6 @@ _T = TypeVar("_T")
 #: The old server the refusal tests run (older than lakeshore.embedded.MIN_NATS_VERSION).
 OLD_NATS_VERSION = "2.10.26"
 _CACHE = Path.home() / ".cache" / "lakeshore-tests"
-
-NatsServerFactory = Callable[..., Awaitable[NatsServer]]
 
 
 class _LoopThread:
@@ -84,30 +82,7 @@ async def nats_server_factory(tmp_path: Path) -> AsyncIterator[NatsServerFactory
     pass the ``store_dir`` and ``port`` of a stopped server to restart it with its data. The
     config defaults to the session's closed bus; a test's own (a cluster node's) includes it.
     """
-    async with contextlib.AsyncExitStack() as stack:
-        count = 0
-
-        async def start(
-            store_dir: Path | None = None,
-            port: int = 0,
-            extra_args: Sequence[str] = (),
-            config_file: Path | None = None,
-        ) -> NatsServer:
-            nonlocal count
-            count += 1
-            store = store_dir or tmp_path / f"nats-{count}"
-            config = config_file or natsauth.server_config(tmp_path / f"nats-{count}.conf")
-            server = NatsServer(
-                store,
-                config_file=config,
-                port=port,
-                server_name=f"test-{count}",
-                extra_args=extra_args,
-            )
-            stack.push_async_callback(server.stop)
-            await server.start()
-            return server
-
+    async with nats_nodes(tmp_path) as start:
         yield start
 
 

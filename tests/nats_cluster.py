@@ -4,8 +4,10 @@ the closed bus and TLS), for the tests that lose nodes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,46 @@ from typing import Any
 import natsauth
 from polling import eventually
 
+from lakeshore.embedded import NatsServer
+
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 CONFS = sorted((DEPLOY / "nats").glob("n*.conf"))
+
+
+#: ``await start(store_dir=None, port=0, extra_args=(), config_file=None)``: a started node.
+NatsServerFactory = Callable[..., Awaitable[NatsServer]]
+
+
+@contextlib.asynccontextmanager
+async def nats_nodes(tmp: Path) -> AsyncIterator[NatsServerFactory]:
+    """Start nats-servers (each stopped on exit): the ``nats_server_factory`` fixture, and
+    bench/failover.py's nodes.
+
+    Pass the ``store_dir`` and ``port`` of a stopped server to restart it with its data. The
+    config defaults to the session's closed bus; a cluster node's own includes it.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        count = 0
+
+        async def start(
+            store_dir: Path | None = None,
+            port: int = 0,
+            extra_args: Sequence[str] = (),
+            config_file: Path | None = None,
+        ) -> NatsServer:
+            nonlocal count
+            count += 1
+            store = store_dir or tmp / f"nats-{count}"
+            config = config_file or natsauth.server_config(tmp / f"nats-{count}.conf")
+            server = NatsServer(
+                store, config_file=config, port=port, server_name=f"test-{count}",
+                extra_args=extra_args,
+            )  # fmt: skip
+            stack.push_async_callback(server.stop)
+            await server.start()
+            return server
+
+        yield start
 
 
 def free_port() -> int:
