@@ -289,18 +289,24 @@ class ControlPlane:
         """Take the terms the elector hands out, one at a time, in order."""
         while True:
             role, arg = await self._roles.get()
-            if role == "follow":
-                await self._follow(arg)
-                continue
             try:
-                await self._lead(arg)
-            except Exception as e:
-                level = logging.WARNING if isinstance(e, LakeshoreError) else logging.ERROR
-                log.log(level, "could not take over as leader (epoch %d): %s", arg, e,
-                        exc_info=not isinstance(e, LakeshoreError))  # fmt: skip
-                await self._follow(f"the takeover failed: {e}")
-                with contextlib.suppress(Exception):
-                    await self.replica.lease.resign()
+                if role == "follow":
+                    await self._follow(arg)
+                else:
+                    await self._take_over(arg)
+            except Exception:  # a bug: said, and the next role is taken all the same
+                log.exception("could not change role to %s (%s)", role, arg)
+
+    async def _take_over(self, epoch: int) -> None:
+        try:
+            await self._lead(epoch)
+        except Exception as e:
+            level = logging.WARNING if isinstance(e, LakeshoreError) else logging.ERROR
+            log.log(level, "could not take over as leader (epoch %d): %s", epoch, e,
+                    exc_info=not isinstance(e, LakeshoreError))  # fmt: skip
+            await self._follow(f"the takeover failed: {e}")
+            with contextlib.suppress(Exception):
+                await self.replica.lease.resign()
 
     async def _lead(self, epoch: int) -> None:
         """Record the epoch, catch the file up past it, then start serving as leader."""

@@ -46,7 +46,11 @@ class Projector:
         if self._task is not None:
             return
         position = await self._store.log_position(STATE_LOG) or 0
-        last = await last_sequence(self._js)
+        try:
+            last = await last_sequence(self._js)
+        except Exception as e:  # NATS away: follow from the file; the loop retries reads
+            log.warning("state projector: cannot read the stream's end (%s)", e)
+            last = position
         if last < position:
             # The stream is younger than the file (its NATS store was lost or replaced):
             # follow the new stream from its start; the leader seeds it from its file.
