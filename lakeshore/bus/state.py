@@ -50,6 +50,9 @@ STATE_STREAM = subjects.STATE_STREAM
 EPOCH_HEADER = "Ls-Epoch"
 #: A key value that is not a plain subject token is named by its digest.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: JetStream request timeout of a takeover's steps (recording the epoch, opening a tail):
+#: while the stream elects a leader (a NATS node lost) they are asked again, not waited on.
+_TAKEOVER_TIMEOUT_S = 1.0
 #: Messages a tail asks for at once.
 _BATCH = 512
 
@@ -102,7 +105,7 @@ class StateLog:
 
     async def begin(self, epoch: int) -> int:
         """Record ``epoch``; returns its sequence (see :meth:`FencedLog.begin`)."""
-        seq = await self._fenced.begin(epoch)
+        seq = await self._fenced.begin(epoch, timeout_s=_TAKEOVER_TIMEOUT_S)
         self._epoch = epoch
         return seq
 
@@ -162,7 +165,7 @@ class StateTail:
     """
 
     def __init__(self, nc: NatsClient) -> None:
-        self._js = nc.jetstream(timeout=5)
+        self._js = nc.jetstream(timeout=_TAKEOVER_TIMEOUT_S)
         self._sub: Any = None
         self._name = ""
 

@@ -26,8 +26,9 @@ log = logging.getLogger(__name__)
 
 #: How long a leader's write waits for its images to come back applied (seconds).
 APPLY_TIMEOUT_S = 10.0
-#: Pause after the store refused a batch (a full disk), before trying it again (seconds).
-_RETRY_S = 1.0
+#: Pause after a failed read (NATS away), and after a failed apply (a full disk), before
+#: trying again (seconds).
+_READ_RETRY_S, _APPLY_RETRY_S = 0.2, 1.0
 
 
 class Projector:
@@ -116,7 +117,7 @@ class Projector:
             except Exception as e:  # a loop that must outlive any outage: retried
                 log.warning("state projector: cannot read the stream: %s", e)
                 await self._tail.close()
-                await asyncio.sleep(_RETRY_S)
+                await asyncio.sleep(_READ_RETRY_S)
                 continue
             if not batch:
                 continue
@@ -130,7 +131,7 @@ class Projector:
                     log.error("state projector: the store refused a batch: %s", e)
                 except Exception:  # a bug: said loudly, and tried again rather than dying
                     log.exception("state projector: applying up to %d failed", last)
-                await asyncio.sleep(_RETRY_S)
+                await asyncio.sleep(_APPLY_RETRY_S)
             self.position = last
             for seq, waiter in self._waiters:
                 if seq <= last and not waiter.done():

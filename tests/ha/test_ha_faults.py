@@ -110,17 +110,31 @@ async def test_2_sigkill_the_leader_and_the_nats_node_leading_the_state(ha: HA) 
         state_leader = (await js.stream_info(STATE_STREAM)).cluster.leader
         victim = ha.cluster.node_named(state_leader)
 
+        leading: asyncio.Task[float] | None = None
+
+        async def took_over() -> float:
+            """Seconds from the loss to the standby's /readyz 200 (it serves as leader)."""
+            lost = time.monotonic()
+            await eventually(lambda: b.get("/readyz"), until=lambda r: r[0] == 200,
+                             timeout_s=60, every_s=0.05, what="cp2 leads")  # fmt: skip
+            return time.monotonic() - lost
+
         async def machine_loss() -> None:
+            nonlocal leading
             await asyncio.gather(a.kill(), victim.kill())
+            leading = asyncio.create_task(took_over())
 
         async with client(ha) as c:
             await c.queue_add(QueueCreate(name="train"))
             acked: dict[str, str] = {}
             gap = await submit_all(c, 300, acked, kill_at=100, kill=machine_loss)
-            assert await ha.leader() is b
+            assert await ha.leader() is b and leading is not None
             await check_nothing_lost(c, acked)
-        print(f"first 2xx after the machine loss: {gap:.2f}s")
-        assert gap <= 12, f"the takeover took {gap:.2f}s"
+        takeover = await leading
+        # The first 2xx also waits for the queue's own stream, whose leader may have been
+        # on the lost node too: JetStream's election, not the control plane's takeover.
+        print(f"machine loss: takeover {takeover:.2f}s, first 2xx {gap:.2f}s")
+        assert takeover <= 12, f"the takeover took {takeover:.2f}s"
         assert (await js.stream_info(STATE_STREAM)).cluster.leader != state_leader
     finally:
         await nc.close()
