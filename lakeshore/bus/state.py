@@ -50,8 +50,8 @@ STATE_STREAM = subjects.STATE_STREAM
 EPOCH_HEADER = "Ls-Epoch"
 #: A key value that is not a plain subject token is named by its digest.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-#: JetStream request timeout of a takeover's steps (recording the epoch, opening a tail):
-#: while the stream elects a leader (a NATS node lost) they are asked again, not waited on.
+#: JetStream request timeout of recording a takeover's epoch: while the stream elects a
+#: leader (a NATS node lost) it is asked again, not waited on.
 _TAKEOVER_TIMEOUT_S = 1.0
 #: Messages a tail asks for at once.
 _BATCH = 512
@@ -165,7 +165,7 @@ class StateTail:
     """
 
     def __init__(self, nc: NatsClient) -> None:
-        self._js = nc.jetstream(timeout=_TAKEOVER_TIMEOUT_S)
+        self._js = nc.jetstream(timeout=5)
         self._sub: Any = None
         self._name = ""
 
