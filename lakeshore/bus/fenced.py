@@ -58,13 +58,9 @@ class FencedLog:
         :meth:`begin` and after a refusal."""
         return self._fence
 
-    async def begin(self, epoch: int, timeout_s: float | None = None) -> int:
+    async def begin(self, epoch: int) -> int:
         """Record ``epoch`` as the stream's current one; from then on the server refuses
         the writes of every earlier epoch.
-
-        Args:
-            timeout_s: how long the record's publish may wait (default: the context's);
-                a takeover asks again soon rather than wait out a stream's election.
 
         Returns:
             The record's stream sequence. Everything an earlier leader wrote lies below
@@ -92,7 +88,6 @@ class FencedLog:
                 msgspec.json.encode(EpochRecord(epoch=epoch)),
                 stream=self.stream,
                 headers={_EXPECTED_LAST_SUBJECT_SEQ: str(seen_seq)},
-                timeout=timeout_s,
             )
         except jse.APIError as e:
             if is_wrong_last_sequence(e):

@@ -50,9 +50,6 @@ STATE_STREAM = subjects.STATE_STREAM
 EPOCH_HEADER = "Ls-Epoch"
 #: A key value that is not a plain subject token is named by its digest.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
-#: JetStream request timeout of recording a takeover's epoch: while the stream elects a
-#: leader (a NATS node lost) it is asked again, not waited on.
-_TAKEOVER_TIMEOUT_S = 1.0
 #: Messages a tail asks for at once.
 _BATCH = 512
 
@@ -105,7 +102,7 @@ class StateLog:
 
     async def begin(self, epoch: int) -> int:
         """Record ``epoch``; returns its sequence (see :meth:`FencedLog.begin`)."""
-        seq = await self._fenced.begin(epoch, timeout_s=_TAKEOVER_TIMEOUT_S)
+        seq = await self._fenced.begin(epoch)
         self._epoch = epoch
         return seq
 

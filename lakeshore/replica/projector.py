@@ -26,12 +26,8 @@ log = logging.getLogger(__name__)
 
 #: How long a leader's write waits for its images to come back applied (seconds).
 APPLY_TIMEOUT_S = 10.0
-#: How long a leader's next write waits for its file to catch up with the stream after a
-#: write whose fate the stream did not tell (seconds).
-CATCH_UP_BEFORE_WRITE_S = 2.0
-#: Pause after a failed read (NATS away), and after a failed apply (a full disk), before
-#: trying again (seconds).
-_READ_RETRY_S, _APPLY_RETRY_S = 0.2, 1.0
+#: Pause after the store refused a batch (a full disk), before trying it again (seconds).
+_RETRY_S = 1.0
 
 
 class Projector:
@@ -69,15 +65,10 @@ class Projector:
         self._task = asyncio.create_task(self._run(), name="state-projector")
 
     async def catch_up(self, timeout_s: float = APPLY_TIMEOUT_S) -> None:
-        """Apply what the stream holds beyond the file's position, then stop again.
-
-        Raises:
-            TimeoutError, Unavailable: not done within ``timeout_s``.
-        """
+        """Apply what the stream holds beyond the file's position, then stop again."""
+        await self.start()
         try:
-            async with asyncio.timeout(timeout_s):
-                await self.start()
-                await self.applied(await last_sequence(self._js), timeout_s)
+            await self.applied(await last_sequence(self._js), timeout_s)
         finally:
             await self.stop()
 
@@ -125,7 +116,7 @@ class Projector:
             except Exception as e:  # a loop that must outlive any outage: retried
                 log.warning("state projector: cannot read the stream: %s", e)
                 await self._tail.close()
-                await asyncio.sleep(_READ_RETRY_S)
+                await asyncio.sleep(_RETRY_S)
                 continue
             if not batch:
                 continue
@@ -139,7 +130,7 @@ class Projector:
                     log.error("state projector: the store refused a batch: %s", e)
                 except Exception:  # a bug: said loudly, and tried again rather than dying
                     log.exception("state projector: applying up to %d failed", last)
-                await asyncio.sleep(_APPLY_RETRY_S)
+                await asyncio.sleep(_RETRY_S)
             self.position = last
             for seq, waiter in self._waiters:
                 if seq <= last and not waiter.done():
@@ -177,18 +168,9 @@ class LeaderWrites:
         self._unsure = False
 
     async def ready(self) -> None:
-        if not self._unsure:
-            return
-        try:
-            # Bounded: while the stream cannot answer (no quorum, an election), every
-            # write fails at once rather than each waiting out a long catch-up.
-            await self._projector.catch_up(CATCH_UP_BEFORE_WRITE_S)
-        except Exception as e:
-            raise Unavailable(
-                "the state log did not say whether the last write was taken, and cannot "
-                f"be read now ({e or type(e).__name__}); retry (with the same idempotency keys)"
-            ) from e
-        self._unsure = False
+        if self._unsure:
+            await self._projector.catch_up()
+            self._unsure = False
 
     async def append(self, images: list[Image]) -> int:
         try:
