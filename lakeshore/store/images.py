@@ -191,10 +191,3 @@ def _types(con: Con, table: str) -> dict[str, str]:
 def all_images(con: Con) -> list[Image]:
     """Every logged row as an image (to seed an empty state stream from this file)."""
     return [of_row(kind, row) for kind in TABLES for row in read_rows(con, kind)]
-
-
-def wipe(con: Con) -> None:
-    """Delete every logged row and the state log's position (to replay it from the start)."""
-    for table in TABLES.values():
-        con.execute(f"DELETE FROM {table.name}")
-    con.execute("DELETE FROM log_positions WHERE log = ?", [STATE_LOG])

@@ -182,12 +182,3 @@ class WriteBatches:
     async def all_images(self) -> list[Image]:
         """Every logged row as an image."""
         return await self._run(images.all_images)
-
-    async def wipe_logged_rows(self) -> None:
-        """Forget every logged row and the state log's position (a replay follows)."""
-
-        def work(con: Con) -> None:
-            _rows.transaction(con, images.wipe)
-            self._queue_rows, self.state_position = None, 0
-
-        await self._run(work)
