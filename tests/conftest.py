@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import subprocess
 import sys
@@ -145,6 +146,33 @@ from support import (  # noqa: E402,F401
 # ---------------------------------------------------------------------------------------------
 def pytest_configure(config: pytest.Config) -> None:
     natsauth.install()
+
+
+#: How long past its own timeout a test may run before the watchdog ends the session: a
+#: teardown pytest-timeout does not cover (it fires once) must not hang the run for hours.
+WATCHDOG_GRACE_S = 180.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """End the session, saying which test hung and where every thread was, when a test
+    outlives its timeout by :data:`WATCHDOG_GRACE_S`: a failed run, never a silent one."""
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
+
+    def bark() -> None:
+        sys.stderr.write(f"\nwatchdog: {item.nodeid} still runs {limit + WATCHDOG_GRACE_S:g}s on\n")
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(70)
+
+    watchdog = threading.Timer(limit + WATCHDOG_GRACE_S, bark)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
