@@ -14,7 +14,6 @@ fenced on the last of them (:class:`~lakeshore.bus.fenced.FencedLog`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import re
@@ -107,33 +106,36 @@ class StateLog:
         return seq
 
     async def publish(self, images: Sequence[Image]) -> int:
-        """Publish ``images`` (the last of each subject, concurrently), fenced.
+        """Publish ``images`` (the last of each subject), fenced, one after another.
+
+        One at a time, not concurrently: a replicated stream refuses a fenced write while
+        another fenced on the same epoch subject is still being replicated (err_code
+        10164, "wrong last sequence", though no newer epoch began), so concurrent images
+        of one batch would refuse each other.
 
         Returns:
             The highest sequence they landed at.
 
         Raises:
-            NotLeader: a newer epoch refused them (some may have landed before it began).
-            Unavailable: NATS did not acknowledge them all (some may have landed).
+            NotLeader: a newer epoch refused them (those before it landed).
+            Unavailable: NATS did not acknowledge one (those before it landed; it may have).
         """
         latest: dict[str, Image] = {}
         for image in images:
             subject = subject_of(image)
             latest.pop(subject, None)
             latest[subject] = image
-        sent = await asyncio.gather(
-            *(self._append(s, i) for s, i in latest.items()), return_exceptions=True
-        )
-        for outcome in sent:
-            if isinstance(outcome, NotLeader):
-                raise outcome
-        for outcome in sent:
-            if NatsErrors.store_full(outcome):
-                raise NatsErrors.full("write a row to the state log") from outcome
-        for outcome in sent:
-            if isinstance(outcome, BaseException):
-                raise Unavailable(f"the state log did not take a write: {outcome}") from outcome
-        return max(s for s in sent if isinstance(s, int))
+        last = 0
+        for subject, image in latest.items():
+            try:
+                last = await self._append(subject, image)
+            except NotLeader:
+                raise
+            except Exception as e:  # nats-py's errors have no common base
+                if NatsErrors.store_full(e):
+                    raise NatsErrors.full("write a row to the state log") from e
+                raise Unavailable(f"the state log did not take a write: {e}") from e
+        return last
 
     async def holds_rows(self) -> bool:
         """Whether the stream holds any row image (beyond the epoch record)."""

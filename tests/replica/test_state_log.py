@@ -16,6 +16,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js import errors as jse
+from nats_cluster import start_cluster
 from polling import eventually
 
 from lakeshore.bus.state import (
@@ -201,3 +202,31 @@ async def test_an_expired_key_image_leaves_the_stream_and_a_tombstone_stays(js) 
 
     await eventually(key_left, timeout_s=15.0, what="the key image to expire")
     assert (await js.get_last_msg(STREAM, subject_of(gone))).data
+
+
+async def test_a_write_of_many_rows_lands_whole_on_a_replicated_stream(
+    nats_server_factory, tmp_path: Path
+) -> None:
+    # A replicated stream refuses a fenced write while another fenced on the same epoch
+    # subject is being replicated ("wrong last sequence", 10164): a write of many rows
+    # must not refuse itself.
+    cluster = await start_cluster(nats_server_factory, tmp_path)
+    nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
+    try:
+        js = nc.jetstream(timeout=5)
+        await eventually(
+            lambda: ensure_state_stream(js, replicas=3),
+            retry_on=(jse.APIError, TimeoutError),
+            timeout_s=30,
+            what="a replicated state stream",
+        )
+        log = StateLog(js)
+        await log.begin(1)
+        rows = [_ns(f"ns-{i}") for i in range(64)]
+        seq = await log.publish(rows)
+        assert seq == await last_sequence(js)
+        for image in rows:
+            stored = await js.get_last_msg(STREAM, subject_of(image))
+            assert stored.headers[EPOCH_HEADER] == "1"
+    finally:
+        await nc.close()
