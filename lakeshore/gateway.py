@@ -58,15 +58,18 @@ class Gateway:
         self._subs: list[Any] = []
 
     async def start(self) -> None:
-        for subject, handler, concurrent in (
-            (subjects.register_wildcard(), self._register, False),
-            (subjects.heartbeat_wildcard(), self._heartbeat, False),
-            # A submit to a full ``block`` queue and a result wait may wait: one task each.
-            (subjects.submit_wildcard(), self._submit, True),
-            (subjects.result_wait_wildcard(), self._result, True),
+        # One task per request: a registration (or a heartbeat that changes a daemon's
+        # status) waits for its row to be logged and committed, a submit to a full
+        # ``block`` queue or a result wait may wait long; a fleet registering at once must
+        # not queue behind each other's commits (the registry batches their writes).
+        for subject, handler in (
+            (subjects.register_wildcard(), self._register),
+            (subjects.heartbeat_wildcard(), self._heartbeat),
+            (subjects.submit_wildcard(), self._submit),
+            (subjects.result_wait_wildcard(), self._result),
         ):
             answer = _answering(handler, self._bus.max_payload)
-            self._subs.append(await self._bus.respond(subject, answer, concurrent=concurrent))
+            self._subs.append(await self._bus.respond(subject, answer, concurrent=True))
 
     async def stop(self) -> None:
         for sub in self._subs:

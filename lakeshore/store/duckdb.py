@@ -296,20 +296,13 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
     async def upsert_worker(self, w: Worker) -> None:
         """Insert the worker, or overwrite the row with the same id (a rename included).
 
+        The upserts queued together (a fleet registering at once) are checked and written
+        in a few statements for all (:func:`_upsert_workers`).
+
         Raises:
             errors.AlreadyExists: another worker id has the same (namespace, name).
         """
-
-        def plan(con: Con) -> tuple[list[Image], None]:
-            sql = "SELECT id FROM workers WHERE namespace = ? AND name = ? AND id <> ?"
-            other = _rows.scalar(con, sql, [w.namespace, w.name, w.id])
-            if other is not None:
-                raise errors.AlreadyExists(
-                    "worker", w.name, f" in namespace {w.namespace!r} with id {other!r}"
-                )
-            return [images.of_row("worker", _row(w, _WORKER))], None
-
-        await self._write(plan)
+        await self._write_merged("worker", w, _upsert_workers)
 
     async def get_worker(self, namespace: str, ref: str) -> Worker | None:
         """The worker of ``namespace`` whose id, else whose name, is ``ref``."""
@@ -547,3 +540,39 @@ async def open_store(path: Path, *, migrations: Sequence[mig.Migration] = mig.MI
         executor.shutdown(wait=False, cancel_futures=True)
         raise
     return Store(con, executor)
+
+
+def _upsert_workers(con: Con, ws: list[Worker]) -> tuple[list[Image], list[Any]]:
+    """The plan of :meth:`Store.upsert_worker` for several workers: one query finds the
+    names another id holds; a later worker of the list wins over an earlier one of the
+    same id, and is refused if an earlier one of another id took its name."""
+    sql = (
+        "SELECT v.i, w.id FROM workers w JOIN (SELECT unnest(?::VARCHAR[]) AS namespace, "
+        "unnest(?::VARCHAR[]) AS name, unnest(?::VARCHAR[]) AS id, unnest(?::INTEGER[]) AS i) "
+        "v ON w.namespace = v.namespace AND w.name = v.name AND w.id <> v.id"
+    )
+    params = [[w.namespace for w in ws], [w.name for w in ws], [w.id for w in ws]]
+    taken = dict(con.execute(sql, [*params, list(range(len(ws)))]).fetchall())
+    named: dict[tuple[str, str], str] = {}
+    accepted: set[str] = set()
+    changes: list[Image] = []
+    outcomes: list[Any] = []
+    for i, w in enumerate(ws):
+        holder = named.get((w.namespace, w.name))
+        other = holder if holder is not None and holder != w.id else None
+        # A name the file gives another id is free if that id moved earlier in the list.
+        if holder is None and i in taken and taken[i] not in accepted:
+            other = taken[i]
+        if other is not None:
+            outcomes.append(errors.AlreadyExists(
+                "worker", w.name, f" in namespace {w.namespace!r} with id {other!r}"
+            ))  # fmt: skip
+            continue
+        for key, wid in list(named.items()):
+            if wid == w.id:  # this id's earlier name in the list is given up
+                del named[key]
+        named[(w.namespace, w.name)] = w.id
+        accepted.add(w.id)
+        changes.append(images.of_row("worker", _row(w, _WORKER)))
+        outcomes.append(None)
+    return changes, outcomes

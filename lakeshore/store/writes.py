@@ -36,6 +36,9 @@ from lakeshore.store.images import STATE_LOG
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
 Plan = Callable[[Con], tuple[list[Image], Any]]
+#: A plan for several writes of one kind at once: the images, and one outcome per item
+#: (its result, or the exception that refuses it alone).
+ManyPlan = Callable[[Con, list[Any]], tuple[list[Image], list[Any]]]
 #: Most writes in one batch.
 MAX_BATCH = 512
 #: Longest wait for the log to take a batch (seconds; its own requests time out sooner).
@@ -69,6 +72,8 @@ class WriteBatches:
     def _init_writes(self, con: Con) -> None:
         self._log: RowLog | None = None
         self._queued: list[tuple[Plan, asyncio.Future[Any]]] = []
+        #: the merged write still queued, per kind (see :meth:`_write_merged`)
+        self._merging: dict[str, _Merged] = {}
         self._writer: asyncio.Task[None] | None = None
         #: images the log took whose commit failed, with their sequence
         self._unapplied: tuple[list[Image], int] | None = None
@@ -81,17 +86,39 @@ class WriteBatches:
 
     async def _write(self, plan: Plan) -> Any:
         """Queue ``plan`` for the next batch; its result once the batch is committed."""
+        return await self._enqueue(plan)
+
+    def _enqueue(self, plan: Plan) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
         self._queued.append((plan, answer))
         if self._writer is None or self._writer.done():
             self._writer = loop.create_task(self._write_batches(), name="store-writes")
-        return await answer
+        return answer
+
+    async def _write_merged(self, kind: str, item: Any, plan: ManyPlan) -> Any:
+        """Queue ``item`` for one ``plan`` with the other items of ``kind`` queued while
+        no batch took them: a burst of like writes (a fleet registering) is checked and
+        applied in a few statements for all, rather than a few each. Answers the item's
+        own outcome (raises its own refusal)."""
+        merged = self._merging.get(kind)
+        if merged is None or merged.taken or len(merged.items) >= MAX_BATCH:
+            merged = self._merging[kind] = _Merged(plan)
+            merged.answer = self._enqueue(merged.run)
+        index = len(merged.items)
+        merged.items.append(item)
+        outcome = (await asyncio.shield(merged.answer))[index]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     async def _write_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while self._queued:
             batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
+            for merged in self._merging.values():
+                merged.taken = True
+            self._merging.clear()
             log = self._log
             try:
                 if log is not None:
@@ -182,3 +209,20 @@ class WriteBatches:
     async def all_images(self) -> list[Image]:
         """Every logged row as an image."""
         return await self._run(images.all_images)
+
+
+class _Merged:
+    """Items of one kind queued for a single :data:`ManyPlan` (see
+    :meth:`WriteBatches._write_merged`); ``taken`` once a batch took it, after which new
+    items start another."""
+
+    answer: asyncio.Future[Any]
+    """The outcomes of all items, once the batch that took them is committed."""
+
+    def __init__(self, plan: ManyPlan) -> None:
+        self.plan = plan
+        self.items: list[Any] = []
+        self.taken = False
+
+    def run(self, con: Con) -> tuple[list[Image], list[Any]]:
+        return self.plan(con, self.items)

@@ -7,6 +7,7 @@ real store. DuckDB-only behaviour (tokens, migrations, job queries) is in test_s
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import random
 from datetime import UTC, datetime, timedelta, timezone
@@ -239,6 +240,33 @@ async def test_a_worker_name_taken_by_another_id_already_exists(store: AnyStore)
         ("w-1", "alpha"),
         ("w-2", "beta"),
     ]
+
+
+async def test_upserts_made_at_once_are_taken_in_order_each_refused_alone(
+    store: AnyStore,
+) -> None:
+    # A fleet registering at once: the DuckDB store checks and writes the burst together.
+    await store.upsert_worker(_worker("w-1", "alpha"))
+    await store.upsert_worker(_worker("w-2", "beta"))
+    burst = [
+        _worker("w-3", "alpha"),  # alpha is w-1's: refused
+        _worker("w-2", "gamma"),  # w-2 moves to gamma: beta is free from here on
+        _worker("w-4", "beta"),
+        _worker("w-5", "gamma"),  # gamma is w-2's now: refused
+        *(_worker(f"w-x{i:03}", f"x{i:03}") for i in range(40)),
+        _worker("w-x000", "x-renamed"),  # the later upsert of an id wins
+    ]
+    got = await asyncio.gather(*(store.upsert_worker(w) for w in burst), return_exceptions=True)
+    refused = {burst[i].id: str(e) for i, e in enumerate(got) if e is not None}
+    assert refused == {
+        "w-3": "worker 'alpha' already exists in namespace 'team' with id 'w-1'",
+        "w-5": "worker 'gamma' already exists in namespace 'team' with id 'w-2'",
+    }
+    rows = {(w.id, w.name) for w in await store.list_workers("team")}
+    assert rows == {
+        ("w-1", "alpha"), ("w-2", "gamma"), ("w-4", "beta"), ("w-x000", "x-renamed"),
+        *((f"w-x{i:03}", f"x{i:03}") for i in range(1, 40)),
+    }  # fmt: skip
 
 
 async def test_a_worker_can_move_to_another_namespace(store: AnyStore) -> None:
