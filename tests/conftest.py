@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
+import gc
 import os
 import subprocess
 import sys
@@ -161,8 +163,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     limit = float(marker.args[0] if marker and marker.args else item.config.getini("timeout"))
 
     def bark() -> None:
+        # Out of pytest's capture (it redirects fd 2), or the dump would go nowhere.
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            with contextlib.suppress(Exception):
+                capture.suspend_global_capture(in_=True)
         sys.stderr.write(f"\nwatchdog: {item.nodeid} still runs {limit + WATCHDOG_GRACE_S:g}s on\n")
+        sys.stderr.flush()
         faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        _dump_tasks()
         sys.stderr.flush()
         os._exit(70)
 
@@ -173,6 +182,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
     finally:
         watchdog.cancel()
+
+
+def _dump_tasks() -> None:
+    """Every running event loop's tasks, where each waits (an async test's hang shows in
+    them, not in the threads' stacks: those only show the loop's select)."""
+    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
+    for loop in loops:
+        if not loop.is_running():
+            continue
+        for _ in range(3):  # the set may change under us: the loop runs on
+            try:
+                tasks = list(asyncio.all_tasks(loop))
+                break
+            except RuntimeError:
+                continue
+        else:
+            continue
+        sys.stderr.write(f"\n{len(tasks)} tasks of {loop!r}:\n")
+        for task in tasks:
+            with contextlib.suppress(Exception):
+                task.print_stack(limit=12, file=sys.stderr)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
