@@ -58,17 +58,23 @@ class FencedLog:
         :meth:`begin` and after a refusal."""
         return self._fence
 
-    async def begin(self, epoch: int) -> int:
+    async def begin(self, epoch: int, timeout_s: float | None = None) -> int:
         """Record ``epoch`` as the stream's current one; from then on the server refuses
-        the writes of every earlier epoch.
+        the writes of every earlier epoch. Asking again after a timeout is safe: a record
+        of this very epoch found is this writer's own (whose acknowledgement was lost), and
+        is taken as it is.
+
+        Args:
+            timeout_s: how long the record's publish may wait (default: the context's);
+                a takeover asks again soon rather than wait out a stream's election.
 
         Returns:
             The record's stream sequence. Everything an earlier leader wrote lies below
             it, so a projection that applied up to it has applied all of them.
 
         Raises:
-            NotLeader: an epoch at least as high is recorded already, or another leader
-                recorded one between the read and the write.
+            NotLeader: a higher epoch is recorded already, or another leader recorded one
+                between the read and the write.
         """
         self._fence = None
         try:
@@ -77,7 +83,10 @@ class FencedLog:
             seen_seq, seen_epoch = 0, 0
         else:
             seen_seq, seen_epoch = last.seq, _decode(last.data).epoch
-        if seen_epoch >= epoch:
+        if seen_epoch == epoch:  # ours: only the lease's holder of this epoch writes it
+            self._fence = seen_seq
+            return seen_seq
+        if seen_epoch > epoch:
             raise NotLeader(
                 f"epoch {seen_epoch} already began on {self.stream}, ours is {epoch} (if the "
                 f"lease bucket was deleted, its epochs began again: see docs/ha.md)"
@@ -88,6 +97,7 @@ class FencedLog:
                 msgspec.json.encode(EpochRecord(epoch=epoch)),
                 stream=self.stream,
                 headers={_EXPECTED_LAST_SUBJECT_SEQ: str(seen_seq)},
+                timeout=timeout_s,
             )
         except jse.APIError as e:
             if is_wrong_last_sequence(e):

@@ -49,6 +49,9 @@ STATE_STREAM = subjects.STATE_STREAM
 EPOCH_HEADER = "Ls-Epoch"
 #: A key value that is not a plain subject token is named by its digest.
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: JetStream request timeout of a takeover's epoch record: while the stream elects a
+#: leader (a NATS node lost) it is asked again soon rather than waited on.
+_BEGIN_TIMEOUT_S = 1.0
 #: Messages a tail asks for at once.
 _BATCH = 512
 
@@ -101,7 +104,7 @@ class StateLog:
 
     async def begin(self, epoch: int) -> int:
         """Record ``epoch``; returns its sequence (see :meth:`FencedLog.begin`)."""
-        seq = await self._fenced.begin(epoch)
+        seq = await self._fenced.begin(epoch, timeout_s=_BEGIN_TIMEOUT_S)
         self._epoch = epoch
         return seq
 

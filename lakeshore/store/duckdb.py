@@ -110,7 +110,10 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
         try:
             await loop.run_in_executor(self._executor, self._con.close)
         finally:
-            self._executor.shutdown(wait=True)
+            # Not joined here: a close cut short (cancelled) may leave the thread in a
+            # batch that waits for this loop to log it; it ends on its own, the close
+            # queued after it included.
+            self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> Store:
         return self

@@ -41,8 +41,16 @@ class EventLog:
         self.events: list[InvocationEvent] = []
         self.batches = 0
         self._changed = asyncio.Condition()
+        self._seen: set[str] = set()
 
     async def on_batch(self, msg: Any) -> None:
+        # A publish retried after a lost acknowledgement reaches this plain subscriber
+        # again (JetStream drops the copy by its Nats-Msg-Id; core NATS delivers both).
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+        if msg_id is not None:
+            if msg_id in self._seen:
+                return
+            self._seen.add(msg_id)
         batch = codec.decode(msg.data, EventBatch)
         async with self._changed:
             self.batches += 1
