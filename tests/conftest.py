@@ -168,6 +168,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if capture is not None:
             with contextlib.suppress(Exception):
                 capture.suspend_global_capture(in_=True)
+        for report in _FAILED:  # the session ends here: pytest's summary never comes
+            sys.stderr.write(f"\n---- {report.nodeid} ({report.when}) failed:\n")
+            sys.stderr.write(f"{report.longreprtext[-6000:]}\n")
         sys.stderr.write(f"\nwatchdog: {item.nodeid} still runs {limit + WATCHDOG_GRACE_S:g}s on\n")
         sys.stderr.flush()
         faulthandler.dump_traceback(sys.stderr, all_threads=True)
@@ -182,6 +185,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
     finally:
         watchdog.cancel()
+
+
+#: The failed reports so far, for the watchdog to show.
+_FAILED: list[pytest.TestReport] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed:
+        _FAILED.append(report)
 
 
 def _dump_tasks() -> None:
