@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import faulthandler
 import gc
+import io
 import os
 import subprocess
 import sys
@@ -196,25 +197,34 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _FAILED.append(report)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report shows where its loop's pending tasks wait (a stuck takeover,
+    an ask never answered): what a flaky failure in CI needs to be understood."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        text = _pending_tasks()
+        if text:
+            report.sections.append(("pending tasks", text))
+
+
+def _pending_tasks(limit: int = 40) -> str:
+    out = io.StringIO()
+    for loop in [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]:
+        if loop.is_closed():
+            continue
+        with contextlib.suppress(RuntimeError):  # the set changed meanwhile
+            for task in [t for t in asyncio.all_tasks(loop) if not t.done()][:limit]:
+                with contextlib.suppress(Exception):
+                    task.print_stack(limit=12, file=out)
+    return out.getvalue()
+
+
 def _dump_tasks() -> None:
-    """Every running event loop's tasks, where each waits (an async test's hang shows in
+    """Every event loop's pending tasks, where each waits (an async test's hang shows in
     them, not in the threads' stacks: those only show the loop's select)."""
-    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]
-    for loop in loops:
-        if not loop.is_running():
-            continue
-        for _ in range(3):  # the set may change under us: the loop runs on
-            try:
-                tasks = list(asyncio.all_tasks(loop))
-                break
-            except RuntimeError:
-                continue
-        else:
-            continue
-        sys.stderr.write(f"\n{len(tasks)} tasks of {loop!r}:\n")
-        for task in tasks:
-            with contextlib.suppress(Exception):
-                task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.write("\npending tasks:\n" + _pending_tasks(limit=200))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -100,6 +100,8 @@ class ActorRef(Generic[M]):
         self.restarts = 0
         #: answers still to come (:class:`Later`)
         self._later: set[asyncio.Future[None]] = set()
+        #: the runtime is stopping it: asks are refused
+        self._stopping = False
 
     def tell(self, msg: M) -> None:
         """Send without waiting for an answer."""
@@ -113,7 +115,7 @@ class ActorRef(Generic[M]):
             Unavailable: no answer within ``timeout_s`` (default: the runtime's), or the
                 actor is down (restarting after repeated failures) or stopped.
         """
-        if self._task is None or self._task.done():
+        if self._task is None or self._task.done() or self._stopping:
             raise Unavailable(f"{self.actor_name} is not running")
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inbox.put_nowait(_Envelope(msg, reply))
@@ -160,7 +162,18 @@ class ActorRef(Generic[M]):
                     else:
                         _settle(env, result=result)
         finally:
-            await actor.stopped()
+            try:
+                await actor.stopped()
+            finally:
+                self._refuse_queued()
+
+    def _refuse_queued(self) -> None:
+        """Answer the asks still queued when the actor ends (it handles no more): at once,
+        not at their ask timeout."""
+        while not self._inbox.empty():
+            env = self._inbox.get_nowait()
+            if env is not None:
+                _settle(env, error=Unavailable(f"{self.actor_name} stopped"))
 
     async def _answer_later(self, env: _Envelope, answer: Awaitable[Any]) -> None:
         try:
@@ -274,6 +287,9 @@ class Runtime:
         self._refs.discard(ref)
         if ref._task is None or ref._task.done():
             return
+        # The messages queued before are handled; an ask from now on is refused at once
+        # (one queued behind the end would wait out its timeout).
+        ref._stopping = True
         ref._inbox.put_nowait(None)
         try:
             async with asyncio.timeout(timeout_s):

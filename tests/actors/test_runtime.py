@@ -315,6 +315,24 @@ async def test_stop_cancels_a_message_that_does_not_finish_in_time(runtime: Runt
     assert counter.stops.done()
 
 
+async def test_an_ask_made_while_the_actor_stops_is_refused_at_once(runtime: Runtime) -> None:
+    # A stopping actor finishes what was queued before the stop; an ask made meanwhile
+    # is answered Unavailable at once, not left behind the end until its ask timeout.
+    counter = Counter({})
+    ref = await runtime.spawn(counter)
+    gate = asyncio.Event()
+    held = asyncio.ensure_future(ref.ask(Hold(gate)))
+    await settle(counter.handled_count(1))
+    stopping = asyncio.ensure_future(runtime.stop(ref, timeout_s=WAIT_S))
+    await asyncio.sleep(0)  # the stop is under way: the actor still handles Hold
+    assert not stopping.done()
+    with pytest.raises(Unavailable, match="is not running"):
+        await asyncio.wait_for(ref.ask(Get()), timeout=1.0)
+    gate.set()
+    assert await settle(held) == "held"
+    await settle(stopping)
+
+
 async def test_shutdown_stops_every_actor_and_timer() -> None:
     rt = Runtime(ask_timeout_s=WAIT_S)
     a, b = Counter({}), Counter({})
