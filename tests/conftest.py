@@ -216,8 +216,14 @@ def _pending_tasks(limit: int = 40) -> str:
             continue
         with contextlib.suppress(RuntimeError):  # the set changed meanwhile
             for task in [t for t in asyncio.all_tasks(loop) if not t.done()][:limit]:
-                with contextlib.suppress(Exception):
-                    task.print_stack(limit=12, file=out)
+                out.write(f"{task.get_name()}:\n")
+                coro: Any = task.get_coro()
+                while coro is not None:  # the chain of awaits: Task.get_stack shows the top
+                    frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+                    if frame is not None:
+                        out.write(f"  {frame.f_code.co_filename}:{frame.f_lineno} "
+                                  f"in {frame.f_code.co_name}\n")  # fmt: skip
+                    coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     return out.getvalue()
 
 

@@ -2,8 +2,12 @@
 
 A leader serves the whole API; a standby the :mod:`~lakeshore.http.standby` app. When the
 role changes, the new app starts listening on the same port (``SO_REUSEPORT``) before the
-old one stops, so the port never refuses a connection; requests still running on the old
-app get :data:`SWAP_GRACE_S` to finish.
+old one stops listening, so the port never refuses a connection. The old app keeps its
+open connections for :data:`RETIRE_S` (longer than clients keep an idle one: aiohttp's
+pool 15 s): closing a kept-alive connection as a client sends on it would cut that request.
+Meanwhile it answers ``not_leader`` with ``Connection: close``, so each client moves to a
+new connection, served by the new app; what is left after that is closed, requests still
+running given :data:`SWAP_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from aiohttp import web
 
 from lakeshore.http.errors import MAX_LINE_BYTES
 
-#: How long requests of the app being replaced may still run (seconds).
+#: How long requests of the app being replaced may still run once it is closed (seconds).
 SWAP_GRACE_S = 2.0
+#: How long the replaced app keeps the connections it has (seconds).
+RETIRE_S = 20.0
 
 
 class Doors:
@@ -32,6 +38,7 @@ class Doors:
         self._runner: web.AppRunner | None = None
         self._lock = asyncio.Lock()
         self._closed = False
+        self._retiring: dict[web.AppRunner, asyncio.Task[None]] = {}
 
     async def refresh(self) -> None:
         """Serve ``app_now()`` if it is not the app served already (after :meth:`close`:
@@ -56,11 +63,24 @@ class Doors:
             self.port = runner.addresses[0][1]
             old, self._runner, self._app = self._runner, runner, app
             if old is not None:
-                await old.cleanup()
+                for site in list(old.sites):
+                    await site.stop()  # no new connection goes to it
+                self._retiring[old] = asyncio.create_task(self._retire(old))
+
+    async def _retire(self, runner: web.AppRunner) -> None:
+        try:
+            await asyncio.sleep(RETIRE_S)
+        finally:
+            self._retiring.pop(runner, None)
+            await runner.cleanup()
 
     async def close(self) -> None:
         async with self._lock:
             self._closed = True
             runner, self._runner, self._app = self._runner, None, None
+            retiring = list(self._retiring.values())
+            for task in retiring:
+                task.cancel()  # its cleanup runs now
+            await asyncio.gather(*retiring, return_exceptions=True)
             if runner is not None:
                 await runner.cleanup()

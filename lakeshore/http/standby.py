@@ -15,7 +15,7 @@ from aiohttp.typedefs import Handler, Middleware
 
 from lakeshore import __version__
 from lakeshore.errors import NotLeader
-from lakeshore.http.errors import error_middleware
+from lakeshore.http.errors import error_middleware, render
 from lakeshore.http.meta import Health
 from lakeshore.http.routes import reply
 
@@ -36,9 +36,12 @@ def leading_middleware(
         if request.path == "/v1/healthz":
             return _standby_health(applied())
         url = await leader_url()
-        raise NotLeader(
-            "this control plane stepped down" if url else "a leader is being elected", url
-        )
+        why = "this control plane stepped down" if url else "a leader is being elected"
+        answer = render(NotLeader(why, url))
+        # The client's next request opens a new connection: to the app this plane serves
+        # now (a new term's), not again to this one's (see lakeshore/http/doors.py).
+        answer.force_close()
+        return answer
 
     return middleware
 

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 
 #: How long a leader's write waits for its images to come back applied (seconds).
 APPLY_TIMEOUT_S = 10.0
+#: How long a leader's next write waits for its file to catch up with the stream after a
+#: write whose fate the stream did not tell (seconds).
+CATCH_UP_BEFORE_WRITE_S = 2.0
 #: Pause after the store refused a batch (a full disk), before trying it again (seconds).
 _RETRY_S = 1.0
 
@@ -65,10 +68,15 @@ class Projector:
         self._task = asyncio.create_task(self._run(), name="state-projector")
 
     async def catch_up(self, timeout_s: float = APPLY_TIMEOUT_S) -> None:
-        """Apply what the stream holds beyond the file's position, then stop again."""
-        await self.start()
+        """Apply what the stream holds beyond the file's position, then stop again.
+
+        Raises:
+            TimeoutError, Unavailable: not done within ``timeout_s``.
+        """
         try:
-            await self.applied(await last_sequence(self._js), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.start()
+                await self.applied(await last_sequence(self._js), timeout_s)
         finally:
             await self.stop()
 
@@ -168,9 +176,18 @@ class LeaderWrites:
         self._unsure = False
 
     async def ready(self) -> None:
-        if self._unsure:
-            await self._projector.catch_up()
-            self._unsure = False
+        if not self._unsure:
+            return
+        try:
+            # Bounded: while the stream cannot answer (no quorum, an election), every
+            # write fails at once rather than each waiting out a long catch-up.
+            await self._projector.catch_up(CATCH_UP_BEFORE_WRITE_S)
+        except Exception as e:
+            raise Unavailable(
+                "the state log did not say whether the last write was taken, and cannot "
+                f"be read now ({e or type(e).__name__}); retry (with the same idempotency keys)"
+            ) from e
+        self._unsure = False
 
     async def append(self, images: list[Image]) -> int:
         try:

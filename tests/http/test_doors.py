@@ -1,0 +1,58 @@
+"""The API's listener across role changes: one port, no request cut by the swap."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp import web
+
+from lakeshore.http.doors import Doors
+from lakeshore.http.standby import standby_app
+
+
+def _app(name: str) -> web.Application:
+    async def who(request: web.Request) -> web.Response:
+        return web.Response(text=name)
+
+    app = web.Application()
+    app.router.add_get("/who", who)
+    return app
+
+
+async def test_a_swap_keeps_open_connections_and_new_ones_reach_the_new_app() -> None:
+    apps = {"now": _app("old")}
+    doors = Doors("127.0.0.1", 0, lambda: apps["now"])
+    await doors.refresh()
+    url = f"http://127.0.0.1:{doors.port}/who"
+    try:
+        async with aiohttp.ClientSession() as kept:
+            assert await (await kept.get(url)).text() == "old"
+            apps["now"] = _app("new")
+            await doors.refresh()
+            # The kept-alive connection is still served (closing it as the client sends
+            # on it would cut the request), by the app it was opened to.
+            for _ in range(3):
+                resp = await kept.get(url)
+                assert resp.status == 200 and await resp.text() == "old"
+            async with aiohttp.ClientSession() as fresh:
+                assert await (await fresh.get(url)).text() == "new"
+    finally:
+        async with asyncio.timeout(10):  # the replaced app is closed at once, not after
+            await doors.close()  # its retirement
+
+
+async def test_a_standby_answer_closes_its_connection_so_the_next_request_moves_on() -> None:
+    async def nowhere() -> str | None:
+        return None
+
+    doors = Doors("127.0.0.1", 0, lambda: standby_app(nowhere, lambda: 0))
+    await doors.refresh()
+    try:
+        async with aiohttp.ClientSession() as session:
+            resp = await session.post(f"http://127.0.0.1:{doors.port}/v1/namespaces")
+            assert resp.status == 503
+            assert (await resp.json())["error"]["code"] == "not_leader"
+            assert resp.headers["Connection"] == "close"
+    finally:
+        await doors.close()
