@@ -14,6 +14,7 @@ import signal
 import time
 from collections import Counter
 
+import aiohttp
 import pytest
 from polling import eventually
 from report import record
@@ -53,6 +54,8 @@ class _Submitter:
             status, answer = await eventually(
                 submit,
                 until=lambda r: r[0] == 202,
+                # A connection reset as the plane changes role: sent again with its key.
+                retry_on=(aiohttp.ClientConnectionError,),
                 timeout_s=60,
                 every_s=0.2,
                 what=f"submit s-{k} accepted",

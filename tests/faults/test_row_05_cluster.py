@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 
+import aiohttp
 import natsauth
 import pytest
 from nats_cluster import CONFS, free_port, local_conf
@@ -89,6 +90,9 @@ class _Submitter:
         _, answer = await eventually(
             submit,
             until=lambda r: r[0] == 202,
+            # A connection reset as the plane changes role (its listener is swapped): the
+            # keyed submit is sent again, as the docs tell clients to.
+            retry_on=(aiohttp.ClientConnectionError,),
             timeout_s=timeout_s,
             every_s=0.1,
             what=f"submit c-{self.k} accepted",
