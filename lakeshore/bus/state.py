@@ -52,6 +52,8 @@ _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: JetStream request timeout of a takeover's epoch record: while the stream elects a
 #: leader (a NATS node lost) it is asked again soon rather than waited on.
 _BEGIN_TIMEOUT_S = 1.0
+#: JetStream request timeout of a tail's own requests (opening its consumer).
+_TAIL_API_TIMEOUT_S = 1.0
 #: Messages a tail asks for at once.
 _BATCH = 512
 
@@ -167,7 +169,9 @@ class StateTail:
     """
 
     def __init__(self, nc: NatsClient) -> None:
-        self._js = nc.jetstream(timeout=5)
+        # Short requests (opening a consumer): a takeover waits for its tail, which must not
+        # wait out a long request sent while the stream had no leader (elected meanwhile).
+        self._js = nc.jetstream(timeout=_TAIL_API_TIMEOUT_S)
         self._sub: Any = None
         self._name = ""
 

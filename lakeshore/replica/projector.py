@@ -29,8 +29,9 @@ APPLY_TIMEOUT_S = 10.0
 #: How long a leader's next write waits for its file to catch up with the stream after a
 #: write whose fate the stream did not tell (seconds).
 CATCH_UP_BEFORE_WRITE_S = 2.0
-#: Pause after the store refused a batch (a full disk), before trying it again (seconds).
-_RETRY_S = 1.0
+#: Pause after a failed read (NATS away, the stream electing its leader), and after a
+#: failed apply (a full disk), before trying again (seconds).
+_READ_RETRY_S, _APPLY_RETRY_S = 0.2, 1.0
 
 
 class Projector:
@@ -118,14 +119,20 @@ class Projector:
                 self._waiters.remove((seq, waiter))
 
     async def _run(self) -> None:
+        failed = 0
         while True:
             try:
                 batch = await self._tail.read(self.position)
             except Exception as e:  # a loop that must outlive any outage: retried
-                log.warning("state projector: cannot read the stream: %s", e)
+                failed += 1
+                if failed == 1 or failed % 50 == 0:  # said once, then every ~10 s
+                    log.warning("state projector: cannot read the stream (%d tries): %s", failed, e)
                 await self._tail.close()
-                await asyncio.sleep(_RETRY_S)
+                await asyncio.sleep(_READ_RETRY_S)
                 continue
+            if failed:
+                log.info("state projector: reading the stream again after %d tries", failed)
+                failed = 0
             if not batch:
                 continue
             rows = [image for _, data in batch if data and (image := _image(data)) is not None]
@@ -138,7 +145,7 @@ class Projector:
                     log.error("state projector: the store refused a batch: %s", e)
                 except Exception:  # a bug: said loudly, and tried again rather than dying
                     log.exception("state projector: applying up to %d failed", last)
-                await asyncio.sleep(_RETRY_S)
+                await asyncio.sleep(_APPLY_RETRY_S)
             self.position = last
             for seq, waiter in self._waiters:
                 if seq <= last and not waiter.done():
