@@ -256,7 +256,13 @@ async def test_a_fast_submit_no_gateway_answers_goes_over_http(
     async with Client(control_plane.api, control_plane.admin_token) as client:
         client.fast._bus = ProducerBus(gatewayless, Denials())
         answer = await client.fast.submit("fast", [NOOP], wait_s=None, namespace=None)
-        assert [job.id for job in await client.jobs_ls()] == answer.ids
+
+        async def listed() -> list[str]:
+            return [job.id for job in await client.jobs_ls()]
+
+        # Jobs are listed once the Recorder has read the submit's event: a moment later.
+        await eventually(listed, until=lambda ids: ids == answer.ids, timeout_s=10,
+                         what="the submitted job listed")  # fmt: skip
 
 
 async def test_a_fast_submit_that_timed_out_is_not_sent_again_over_http(
