@@ -31,7 +31,7 @@ APPLY_TIMEOUT_S = 10.0
 CATCH_UP_BEFORE_WRITE_S = 2.0
 #: Pause after a failed read (NATS away, the stream electing its leader), and after a
 #: failed apply (a full disk), before trying again (seconds).
-_READ_RETRY_S, _APPLY_RETRY_S = 0.2, 1.0
+_READ_RETRY_S, _APPLY_RETRY_S = 1.0, 1.0
 
 
 class Projector:
@@ -125,7 +125,7 @@ class Projector:
                 batch = await self._tail.read(self.position)
             except Exception as e:  # a loop that must outlive any outage: retried
                 failed += 1
-                if failed == 1 or failed % 50 == 0:  # said once, then every ~10 s
+                if failed == 1 or failed % 10 == 0:  # said once, then every ~10 s
                     log.warning("state projector: cannot read the stream (%d tries): %s", failed, e)
                 await self._tail.close()
                 await asyncio.sleep(_READ_RETRY_S)
