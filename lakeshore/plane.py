@@ -581,7 +581,7 @@ def _problems(bus: NatsBus, *runtimes: Runtime) -> list[str]:
 async def _begin(replica: Replica, epoch: int) -> int:
     """Record ``epoch`` in the state stream, asking again while the stream has no leader
     (a NATS node was lost with the control plane) for as long as the lease is ours."""
-    asked = 0
+    said = False
     while True:
         try:
             return await replica.state.begin(epoch)
@@ -590,9 +590,9 @@ async def _begin(replica: Replica, epoch: int) -> int:
         except Exception as e:  # nats-py's timeouts and 503s while JetStream elects
             if replica.lease.epoch != epoch:
                 raise Unavailable(f"the lease was lost while recording epoch {epoch}") from e
-            if not asked:
+            if not said:
                 log.info("takeover: the state stream does not answer yet (%s): waiting", e)
-            asked += 1
+                said = True
             await asyncio.sleep(0.1)
 
 

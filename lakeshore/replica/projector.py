@@ -31,7 +31,7 @@ APPLY_TIMEOUT_S = 10.0
 CATCH_UP_BEFORE_WRITE_S = 2.0
 #: Pause after a failed read (NATS away, the stream electing its leader), and after a
 #: failed apply (a full disk), before trying again (seconds).
-_READ_RETRY_S, _APPLY_RETRY_S = 1.0, 1.0
+_RETRY_S = 1.0
 
 
 class Projector:
@@ -128,7 +128,7 @@ class Projector:
                 if failed == 1 or failed % 10 == 0:  # said once, then every ~10 s
                     log.warning("state projector: cannot read the stream (%d tries): %s", failed, e)
                 await self._tail.close()
-                await asyncio.sleep(_READ_RETRY_S)
+                await asyncio.sleep(_RETRY_S)
                 continue
             if failed:
                 log.info("state projector: reading the stream again after %d tries", failed)
@@ -145,7 +145,7 @@ class Projector:
                     log.error("state projector: the store refused a batch: %s", e)
                 except Exception:  # a bug: said loudly, and tried again rather than dying
                     log.exception("state projector: applying up to %d failed", last)
-                await asyncio.sleep(_APPLY_RETRY_S)
+                await asyncio.sleep(_RETRY_S)
             self.position = last
             for seq, waiter in self._waiters:
                 if seq <= last and not waiter.done():

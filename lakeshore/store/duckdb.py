@@ -556,26 +556,25 @@ def _upsert_workers(con: Con, ws: list[Worker]) -> tuple[list[Image], list[Any]]
     )
     params = [[w.namespace for w in ws], [w.name for w in ws], [w.id for w in ws]]
     taken = dict(con.execute(sql, [*params, list(range(len(ws)))]).fetchall())
-    named: dict[tuple[str, str], str] = {}
-    accepted: set[str] = set()
+    named: dict[tuple[str, str], str] = {}  # (namespace, name) -> id, as the list goes
+    name_of: dict[str, tuple[str, str]] = {}  # the other way: the ids taken so far
     changes: list[Image] = []
     outcomes: list[Any] = []
     for i, w in enumerate(ws):
         holder = named.get((w.namespace, w.name))
         other = holder if holder is not None and holder != w.id else None
         # A name the file gives another id is free if that id moved earlier in the list.
-        if holder is None and i in taken and taken[i] not in accepted:
+        if holder is None and i in taken and taken[i] not in name_of:
             other = taken[i]
         if other is not None:
             outcomes.append(errors.AlreadyExists(
                 "worker", w.name, f" in namespace {w.namespace!r} with id {other!r}"
             ))  # fmt: skip
             continue
-        for key, wid in list(named.items()):
-            if wid == w.id:  # this id's earlier name in the list is given up
-                del named[key]
+        if (given_up := name_of.get(w.id)) is not None:  # this id's earlier name in the list
+            del named[given_up]
         named[(w.namespace, w.name)] = w.id
-        accepted.add(w.id)
+        name_of[w.id] = (w.namespace, w.name)
         changes.append(images.of_row("worker", _row(w, _WORKER)))
         outcomes.append(None)
     return changes, outcomes

@@ -102,7 +102,7 @@ class WriteBatches:
         applied in a few statements for all, rather than a few each. Answers the item's
         own outcome (raises its own refusal)."""
         merged = self._merging.get(kind)
-        if merged is None or merged.taken or len(merged.items) >= MAX_BATCH:
+        if merged is None or len(merged.items) >= MAX_BATCH:
             merged = self._merging[kind] = _Merged(plan)
             merged.answer = self._enqueue(merged.run)
         index = len(merged.items)
@@ -116,9 +116,7 @@ class WriteBatches:
         loop = asyncio.get_running_loop()
         while self._queued:
             batch, self._queued = self._queued[:MAX_BATCH], self._queued[MAX_BATCH:]
-            for merged in self._merging.values():
-                merged.taken = True
-            self._merging.clear()
+            self._merging.clear()  # what a batch took gets no more items
             log = self._log
             try:
                 if log is not None:
@@ -213,8 +211,7 @@ class WriteBatches:
 
 class _Merged:
     """Items of one kind queued for a single :data:`ManyPlan` (see
-    :meth:`WriteBatches._write_merged`); ``taken`` once a batch took it, after which new
-    items start another."""
+    :meth:`WriteBatches._write_merged`)."""
 
     answer: asyncio.Future[Any]
     """The outcomes of all items, once the batch that took them is committed."""
@@ -222,7 +219,6 @@ class _Merged:
     def __init__(self, plan: ManyPlan) -> None:
         self.plan = plan
         self.items: list[Any] = []
-        self.taken = False
 
     def run(self, con: Con) -> tuple[list[Image], list[Any]]:
         return self.plan(con, self.items)
