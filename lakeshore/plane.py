@@ -313,9 +313,9 @@ class ControlPlane:
         replica = self.replica
         began = time.monotonic()
         fence = await _begin(replica, epoch)
-        await replica.projector.applied(fence, timeout_s=CATCH_UP_TIMEOUT_S)
-        # From here the file is written by this plane's own commits only.
-        await replica.projector.stop()
+        # Stops following the stream: from here the file is written by this plane's own
+        # commits only.
+        await replica.projector.catch_up(fence, timeout_s=CATCH_UP_TIMEOUT_S)
         replica.store.write_through(LeaderWrites(replica.state, replica.projector))
         term = contextlib.AsyncExitStack()
         try:

@@ -147,3 +147,18 @@ async def connect_nats(
         await nc.close()
         raise
     return nc
+
+
+def check_cancelled() -> None:
+    """Raise the cancellation a nats-py call swallowed.
+
+    nats-py waits with ``asyncio.wait_for``, which on Python 3.11 returns the answer and
+    drops a cancellation that lands as the answer arrives: a loop around such calls would
+    never stop. Call this after each of them in a loop that is stopped by cancelling it.
+
+    Raises:
+        asyncio.CancelledError: the running task was asked to stop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

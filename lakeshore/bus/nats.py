@@ -46,6 +46,14 @@ ERR_NO_MESSAGE = 10057
 PUBLISH_WINDOW = 500
 #: A claim not kept alive with in_progress() for this long is redelivered (seconds).
 ACK_WAIT_S = 60.0
+#: How long ensuring a queue's stream may take (seconds), each JetStream request of it
+#: timing out after ``_ENSURE_REQUEST_S`` and asked again: a stream electing its leader
+#: answers nothing, and one long request would wait on past the election.
+ENSURE_S = 5.0
+_ENSURE_REQUEST_S = 1.0
+_RETRY_S = 0.1
+#: nats-py's answers of a JetStream that cannot answer yet (no stream leader, no responders).
+_NOT_YET = (TimeoutError, nats.errors.NoRespondersError, jse.ServiceUnavailableError)
 
 
 class NatsBus:
@@ -59,6 +67,7 @@ class NatsBus:
     ) -> None:
         self._nc = nc
         self._js = js
+        self._js_short = nc.jetstream(timeout=_ENSURE_REQUEST_S)
         self._replicas = replicas
         self._ack_wait_s = ack_wait_s
         self._answering: set[asyncio.Task[None]] = set()
@@ -116,31 +125,45 @@ class NatsBus:
             num_replicas=self._replicas,
         )
         async with self._errors(f"ensure the stream of {namespace}/{queue}"):
-            try:
-                info = await self._js.stream_info(cfg.name)
-            except jse.NotFoundError:
-                await self._js.add_stream(cfg)
-            else:
-                # Every start ensures every queue: an update only when something changed.
-                if not same_stream(info.config, cfg):
-                    await self._js.update_stream(cfg)
-            # Creating a durable consumer with its current config changes nothing.
-            await asyncio.gather(
-                *(
-                    self._js.add_consumer(
-                        cfg.name,
-                        ConsumerConfig(
-                            durable_name=subjects.level_consumer(level),
-                            filter_subject=subjects.level_subject(namespace, queue, level),
-                            ack_policy=AckPolicy.EXPLICIT,
-                            ack_wait=self._ack_wait_s,
-                            max_ack_pending=10_000,
-                            num_replicas=self._replicas,
-                        ),
-                    )
-                    for level in range(levels)
+            deadline = asyncio.get_running_loop().time() + ENSURE_S
+            while True:
+                try:
+                    return await self._ensure_stream(cfg, namespace, queue, levels)
+                except _NOT_YET:
+                    if asyncio.get_running_loop().time() + _RETRY_S >= deadline:
+                        raise
+                await asyncio.sleep(_RETRY_S)
+
+    async def _ensure_stream(
+        self, cfg: StreamConfig, namespace: str, queue: str, levels: int
+    ) -> None:
+        js = self._js_short
+        assert cfg.name is not None
+        try:
+            info = await js.stream_info(cfg.name)
+        except jse.NotFoundError:
+            await js.add_stream(cfg)
+        else:
+            # Every start ensures every queue: an update only when something changed.
+            if not same_stream(info.config, cfg):
+                await js.update_stream(cfg)
+        # Creating a durable consumer with its current config changes nothing.
+        await asyncio.gather(
+            *(
+                js.add_consumer(
+                    cfg.name,
+                    ConsumerConfig(
+                        durable_name=subjects.level_consumer(level),
+                        filter_subject=subjects.level_subject(namespace, queue, level),
+                        ack_policy=AckPolicy.EXPLICIT,
+                        ack_wait=self._ack_wait_s,
+                        max_ack_pending=10_000,
+                        num_replicas=self._replicas,
+                    ),
                 )
+                for level in range(levels)
             )
+        )
 
     async def delete_queue(self, namespace: str, queue: str) -> None:
         """Delete the queue's stream (and with it every pending invocation)."""

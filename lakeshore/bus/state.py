@@ -9,12 +9,16 @@ store. The stream also
 holds the leaders' epoch records (``lsstate.epoch``): every write of :class:`StateLog` is
 fenced on the last of them (:class:`~lakeshore.bus.fenced.FencedLog`).
 
-:class:`StateTail` reads the stream in order from a sequence on, for the projector.
+:class:`StateTail` reads the stream in order from a sequence on, for the projector: as a
+standby follows it (a consumer), and as a new leader catches up to its epoch record (direct
+reads, which any replica answers: no consumer to create while the cluster elects).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import logging
 import re
 import uuid
@@ -59,6 +63,8 @@ _BEGIN_TIMEOUT_S = 1.0
 _TAIL_API_TIMEOUT_S = 5.0
 #: Messages a tail asks for at once.
 _BATCH = 512
+#: Bytes of messages one direct read asks for at most (under NATS' default max payload).
+_BATCH_BYTES = 512 * 1024
 
 
 async def ensure_state_stream(js: JetStreamContext, *, replicas: int = 1) -> StreamInfo:
@@ -172,6 +178,7 @@ class StateTail:
     """
 
     def __init__(self, nc: NatsClient) -> None:
+        self._nc = nc
         self._js = nc.jetstream(timeout=_TAIL_API_TIMEOUT_S)
         self._sub: Any = None
         self._name = ""
@@ -201,6 +208,46 @@ class StateTail:
             if seq > after:
                 out.append((seq, b"" if msg.subject == subjects.STATE_EPOCH_SUBJECT else msg.data))
         return out
+
+    async def read_stored(self, after: int, timeout_s: float = 1.0) -> list[tuple[int, bytes]]:
+        """The messages after sequence ``after`` that the stream holds now (up to a batch),
+        as :meth:`read` gives them, ``[]`` when there are none.
+
+        One batch direct get: answered by any replica that holds them, the leader or not,
+        with no consumer made through the JetStream meta leader. A replica that lags may
+        answer with fewer: ask again.
+
+        Raises:
+            Unavailable: no replica answered within ``timeout_s``.
+        """
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        request = {"seq": after + 1, "next_by_subj": subjects.STATE_SUBJECTS,
+                   "batch": _BATCH, "max_bytes": _BATCH_BYTES}  # fmt: skip
+        out: list[tuple[int, bytes]] = []
+        try:
+            await self._nc.publish(
+                f"$JS.API.DIRECT.GET.{STATE_STREAM}", json.dumps(request).encode(), reply=inbox
+            )
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout_s)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    raise Unavailable(
+                        f"no replica of {STATE_STREAM} answered a read within {timeout_s:g}s"
+                    ) from None
+                headers = msg.headers or {}
+                status = headers.get("Status")
+                if status == "204" or status == "404":  # end of the batch; nothing (more)
+                    return out
+                if status:
+                    raise Unavailable(f"{STATE_STREAM} refused a read: {status} {msg.data!r}")
+                seq = int(headers["Nats-Sequence"])
+                epoch = headers.get("Nats-Subject") == subjects.STATE_EPOCH_SUBJECT
+                out.append((seq, b"" if epoch else msg.data))
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def _open(self, after: int) -> None:
         self._name = f"tail-{uuid.uuid4().hex[:12]}"

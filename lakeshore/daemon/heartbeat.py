@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from lakeshore.bus.connection import check_cancelled
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Dispatcher, Membership, Retire
@@ -68,11 +69,8 @@ class Heartbeater:
                 # A bug in applying one reply must not stop the heartbeats: without them
                 # the registry marks the daemon lost while it still runs jobs.
                 log.exception("heartbeat failed")
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # nats-py's request (asyncio.wait_for on 3.11) swallows a cancellation that
-                # lands as its answer arrives; the daemon would then never stop.
-                raise asyncio.CancelledError
+            # Else a cancellation nats-py swallowed would leave the daemon never stopping.
+            check_cancelled()
 
     async def beat(self) -> HeartbeatReply | None:
         """Send one heartbeat and apply its reply; ``None`` when nobody answered."""

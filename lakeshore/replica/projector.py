@@ -3,9 +3,9 @@
 A standby runs one: it reads ``LS_STATE`` from the sequence after the one its file has
 applied (``log_positions``) and applies each batch of images together with the batch's
 last sequence, in one transaction: a crash re-reads at most what was not committed, and
-nothing is applied twice. A new leader runs it until its file has applied everything up to
-its epoch record, then pauses it: a leader's own writes are applied as they are committed
-(:mod:`lakeshore.store.writes`, through :class:`LeaderWrites`).
+nothing is applied twice. A new leader stops it and reads what its file lacks up to its
+epoch record directly (:meth:`Projector.catch_up`): a leader's own writes are applied as
+they are committed (:mod:`lakeshore.store.writes`, through :class:`LeaderWrites`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 
 import msgspec
 
+from lakeshore.bus.connection import check_cancelled
 from lakeshore.bus.state import StateLog, StateTail, last_sequence
 from lakeshore.errors import NotLeader, Unavailable
 from lakeshore.model.images import Image, decode
@@ -32,6 +33,8 @@ CATCH_UP_BEFORE_WRITE_S = 2.0
 #: Pause after a failed read (NATS away, the stream electing its leader), and after a
 #: failed apply (a full disk), before trying again (seconds).
 _RETRY_S = 1.0
+#: Pause before a catch-up asks again (direct reads load no meta leader: soon).
+_CATCH_UP_RETRY_S = 0.1
 
 
 class Projector:
@@ -45,41 +48,64 @@ class Projector:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Read the file's position and start following the stream from there (if not
-        following it already)."""
+        """Follow the stream from the file's position (if not following it already)."""
         if self._task is not None:
             return
-        position = await self._store.log_position(STATE_LOG) or 0
+        self.position = await self._store.log_position(STATE_LOG) or 0
+        self._task = asyncio.create_task(self._run(), name="state-projector")
+
+    async def catch_up(self, seq: int | None = None, timeout_s: float = APPLY_TIMEOUT_S) -> None:
+        """Stop following the stream; apply what it holds up to ``seq`` (its end now when
+        ``None``), read directly (:meth:`StateTail.read_stored`): a new leader catches up
+        to its epoch record while the cluster may still be electing, and a consumer would
+        wait for the JetStream meta leader.
+
+        Raises:
+            Unavailable: not done within ``timeout_s``.
+        """
+        await self.stop()
+        # A leader's file moves on with its own commits, past what the projector applied.
+        self.position = await self._store.log_position(STATE_LOG) or 0
         try:
-            last = await last_sequence(self._js)
-        except Exception as e:  # NATS away: follow from the file; the loop retries reads
-            log.warning("state projector: cannot read the stream's end (%s)", e)
-            last = position
-        if last < position:
+            async with asyncio.timeout(timeout_s):
+                if seq is None:
+                    seq = await last_sequence(self._js)
+                self._follow_younger(seq)
+                failed = 0
+                while self.position < seq:
+                    try:
+                        batch = await self._tail.read_stored(self.position)
+                    except Unavailable as e:
+                        failed += 1
+                        if failed == 1:
+                            log.info("state catch-up: %s; asking again", e)
+                        await asyncio.sleep(_CATCH_UP_RETRY_S)
+                        continue
+                    if not batch:  # a replica that lags answered: ask again
+                        await asyncio.sleep(_CATCH_UP_RETRY_S)
+                        continue
+                    await self._apply(batch)
+        except TimeoutError:
+            raise Unavailable(
+                f"the state log was not applied up to {seq} within {timeout_s:g}s "
+                f"(applied up to {self.position})"
+            ) from None
+        except Exception as e:
+            if isinstance(e, Unavailable):
+                raise
+            raise Unavailable(f"the state log cannot be read: {e or type(e).__name__}") from e
+
+    def _follow_younger(self, last: int) -> None:
+        if last < self.position:
             # The stream is younger than the file (its NATS store was lost or replaced):
             # follow the new stream from its start; the leader seeds it from its file.
             log.warning(
                 "the state stream ends at %d but this file applied up to %d: "
                 "following the stream from its start",
                 last,
-                position,
+                self.position,
             )
-            position = 0
-        self.position = position
-        self._task = asyncio.create_task(self._run(), name="state-projector")
-
-    async def catch_up(self, timeout_s: float = APPLY_TIMEOUT_S) -> None:
-        """Apply what the stream holds beyond the file's position, then stop again.
-
-        Raises:
-            TimeoutError, Unavailable: not done within ``timeout_s``.
-        """
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self.start()
-                await self.applied(await last_sequence(self._js), timeout_s)
-        finally:
-            await self.stop()
+            self.position = 0
 
     async def stop(self) -> None:
         """Stop following the stream (:meth:`start` follows it again from the file)."""
@@ -119,8 +145,13 @@ class Projector:
                 self._waiters.remove((seq, waiter))
 
     async def _run(self) -> None:
+        try:
+            self._follow_younger(await last_sequence(self._js))
+        except Exception as e:  # NATS away: follow from the file; the loop retries reads
+            log.warning("state projector: cannot read the stream's end (%s)", e)
         failed = 0
         while True:
+            check_cancelled()  # stopped by a cancellation, which nats-py may swallow
             try:
                 batch = await self._tail.read(self.position)
             except Exception as e:  # a loop that must outlive any outage: retried
@@ -133,23 +164,27 @@ class Projector:
             if failed:
                 log.info("state projector: reading the stream again after %d tries", failed)
                 failed = 0
-            if not batch:
-                continue
-            rows = [image for _, data in batch if data and (image := _image(data)) is not None]
-            last = batch[-1][0]
-            while True:
-                try:
-                    await self._store.apply_images(rows, last)
-                    break
-                except Unavailable as e:
-                    log.error("state projector: the store refused a batch: %s", e)
-                except Exception:  # a bug: said loudly, and tried again rather than dying
-                    log.exception("state projector: applying up to %d failed", last)
-                await asyncio.sleep(_RETRY_S)
-            self.position = last
-            for seq, waiter in self._waiters:
-                if seq <= last and not waiter.done():
-                    waiter.set_result(None)
+            if batch:
+                await self._apply(batch)
+
+    async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
+        """Apply one batch read from the stream (with its last sequence) and wake the
+        waiters it satisfies; a refused apply is tried again until it lands."""
+        rows = [image for _, data in batch if data and (image := _image(data)) is not None]
+        last = batch[-1][0]
+        while True:
+            try:
+                await self._store.apply_images(rows, last)
+                break
+            except Unavailable as e:
+                log.error("state projector: the store refused a batch: %s", e)
+            except Exception:  # a bug: said loudly, and tried again rather than dying
+                log.exception("state projector: applying up to %d failed", last)
+            await asyncio.sleep(_RETRY_S)
+        self.position = last
+        for seq, waiter in self._waiters:
+            if seq <= last and not waiter.done():
+                waiter.set_result(None)
 
 
 def _image(data: bytes) -> Image | None:
@@ -188,7 +223,7 @@ class LeaderWrites:
         try:
             # Bounded: while the stream cannot answer (no quorum, an election), every
             # write fails at once rather than each waiting out a long catch-up.
-            await self._projector.catch_up(CATCH_UP_BEFORE_WRITE_S)
+            await self._projector.catch_up(timeout_s=CATCH_UP_BEFORE_WRITE_S)
         except Exception as e:
             raise Unavailable(
                 "the state log did not say whether the last write was taken, and cannot "

@@ -68,7 +68,7 @@ async def test_ensure_queue_is_idempotent(bus, ns) -> None:
 @pytest.mark.parametrize("bus", ["nats"], indirect=True)  # a JetStream stream's update
 async def test_ensuring_an_unchanged_stream_leaves_it_alone(bus, ns, monkeypatch) -> None:
     await bus.ensure_queue(ns, Q, levels=2, max_depth=5)
-    js = bus._js  # type: ignore[attr-defined]
+    js = bus._js_short  # type: ignore[attr-defined]  # the context ensures use
     updated: list[int] = []
     update = js.update_stream
 

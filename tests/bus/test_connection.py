@@ -1,14 +1,17 @@
-"""A Lakeshore connection survives a reconnect its auth callout could not answer in time."""
+"""A Lakeshore connection survives a reconnect its auth callout could not answer in time;
+a loop around nats-py calls stops when cancelled."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import natsauth
 import pytest
 from polling import eventually
 
-from lakeshore.bus.connection import NatsLogin, connect_nats
+from lakeshore.bus.connection import NatsLogin, check_cancelled, connect_nats
 from lakeshore.embedded import NatsServer
 from lakeshore.security import grants
 from lakeshore.security.callout import Callout, Grant
@@ -76,3 +79,26 @@ async def test_a_reconnect_the_callout_did_not_answer_is_retried_not_fatal(tmp_p
         for s in (server, again):
             if s is not None:
                 await s.stop()
+
+
+async def test_a_loop_stops_though_a_call_swallowed_its_cancellation() -> None:
+    # nats-py's wait_for (Python 3.11) returns an answer that lands with the cancellation
+    # and drops the cancellation; the loop's check raises it again.
+    calls = 0
+
+    async def swallowing_call() -> None:
+        nonlocal calls
+        calls += 1
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+
+    async def loop() -> None:
+        while True:
+            await swallowing_call()
+            check_cancelled()
+
+    task = asyncio.create_task(loop())
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+    assert task.cancelled() and calls == 1

@@ -230,3 +230,63 @@ async def test_a_write_of_many_rows_lands_whole_on_a_replicated_stream(
             assert stored.headers[EPOCH_HEADER] == "1"
     finally:
         await nc.close()
+
+
+async def test_a_stored_read_gives_what_follows_a_sequence_in_order_and_in_batches(nc, js) -> None:
+    log = StateLog(js)
+    epoch_seq = await log.begin(1)
+    await log.publish([_ns("renamed")])
+    await log.publish([_ns(f"ns-{i}") for i in range(600)])
+    last = await log.publish([_ns("renamed")])  # its first image leaves the stream
+    tail = StateTail(nc)
+    read: list[tuple[int, bytes]] = []
+    batches = 0
+    while batch := await tail.read_stored(read[-1][0] if read else 0):
+        batches += 1
+        read += batch
+    seqs = [seq for seq, _ in read]
+    assert seqs == sorted(seqs) and seqs[-1] == last and batches >= 2
+    assert read[0] == (epoch_seq, b"")  # an epoch record comes as empty data
+    assert epoch_seq + 1 not in seqs  # replaced by the later image of the same row
+    assert len(read) == 1 + 600 + 1
+    assert await tail.read_stored(last) == []
+
+
+async def test_a_catch_up_reads_a_replica_of_a_stream_without_quorum(
+    nats_server_factory, tmp_path: Path
+) -> None:
+    # A new leader catches up to its epoch record while the cluster may still be electing:
+    # its reads are answered by any replica, with no stream leader and no consumer.
+    cluster = await start_cluster(nats_server_factory, tmp_path)
+    nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
+    store = await open_store(tmp_path / "replica.duckdb")
+    try:
+        js = nc.jetstream(timeout=5)
+        await eventually(
+            lambda: ensure_state_stream(js, replicas=3),
+            retry_on=(jse.APIError, TimeoutError),
+            timeout_s=30,
+            what="a replicated state stream",
+        )
+        log = StateLog(js)
+        await log.begin(1)
+        last = await log.publish([_ns(f"ns-{i}") for i in range(20)])
+        info = await eventually(
+            lambda: js.stream_info(STREAM),
+            until=lambda si: all(r.current for r in si.cluster.replicas or []),
+            timeout_s=30,
+            what="every replica current",
+        )
+        # A follower is left alone (the client reconnects to it).
+        survivor = cluster.node_named(info.cluster.replicas[0].name)
+        for node in cluster.nodes:
+            if node is not survivor:
+                await node.kill()
+        projector = Projector(store, StateTail(nc), js)
+        await projector.catch_up(last, timeout_s=30)
+        assert projector.position == last
+        assert await store.log_position(STATE_LOG) == last
+        assert {n.name for n in await store.list_namespaces()} == {f"ns-{i}" for i in range(20)}
+    finally:
+        await store.close()
+        await nc.close()
