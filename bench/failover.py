@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -110,6 +111,17 @@ async def first_ready(planes: list[Plane], killed_at: float) -> tuple[float, int
             if status == 200:
                 return time.monotonic() - killed_at, int(body["epoch"])
         await asyncio.sleep(POLL_S)
+
+
+def _takeover(planes: list[Plane], epoch: int) -> str:
+    """How long the new leader's own takeover took (its epoch record, catch-up and term),
+    as it logged it: the rest of a failover is the lease's TTL and JetStream's elections."""
+    said = f"leading with epoch {epoch} "
+    for plane in planes:
+        for line in reversed(plane.output):
+            if said in line and (took := re.search(r"after ([0-9.]+)s", line)):
+                return f" (took over in {took.group(1)} s)"
+    return ""
 
 
 async def first_write(planes: list[Plane], token: str, name: str, killed_at: float) -> float:
@@ -236,7 +248,8 @@ async def scenario(name: str, args: argparse.Namespace, tmp: Path) -> Results:
                 out.epochs.append(epoch)
                 print(
                     f"  {name} {i + 1}/{args.failovers}: /readyz 200 after {ready_s:.2f} s, "
-                    f"first write after {write_s:.2f} s, epoch {epoch} {led}",
+                    f"first write after {write_s:.2f} s, epoch {epoch}{_takeover(survivors, epoch)}"
+                    f" {led}",
                     flush=True,
                 )
                 if name == "machine":

@@ -262,6 +262,9 @@ class Elector:
         on_elected: awaited with the new epoch.
         on_deposed: awaited with a lowercase reason.
         retry_s: how often a candidate tries to take the lease (seconds).
+        attempt_s: how long one try may take (seconds): while JetStream elects the lease
+            stream's leader nothing answers, and a try that waits long sees the new leader
+            late. A try cut short whose create landed finds the lease its own next time.
     """
 
     def __init__(
@@ -271,10 +274,11 @@ class Elector:
         on_elected: Callable[[Epoch], Awaitable[None]],
         on_deposed: Callable[[str], Awaitable[None]],
         retry_s: float = 0.1,
+        attempt_s: float = 0.5,
     ) -> None:
         self._lease = lease
         self._on_elected, self._on_deposed = on_elected, on_deposed
-        self._retry_s = retry_s
+        self._retry_s, self._attempt_s = retry_s, attempt_s
         self._renew_every_s = lease.ttl_s / 3
         # Half a second of margin before the lease can lapse, never less than one renewal.
         self._deadline_s = max(lease.ttl_s - 0.5, self._renew_every_s)
@@ -320,11 +324,16 @@ class Elector:
             await self._on_deposed(reason)
 
     async def _campaign(self) -> Epoch:
+        failed = 0
         while True:
             try:
-                epoch = await self._lease.acquire()
+                async with asyncio.timeout(self._attempt_s):
+                    epoch = await self._lease.acquire()
             except (nats.errors.Error, TimeoutError, OSError) as e:
-                log.warning("lease %s: campaign failed: %s", self._lease.holder_id, e)
+                failed += 1
+                if failed == 1 or failed % 20 == 0:  # said once, then every ~10 s
+                    log.warning("lease %s: campaign failed (%d tries): %s",
+                                self._lease.holder_id, failed, e or type(e).__name__)  # fmt: skip
                 epoch = None
             if epoch is not None:
                 return epoch
