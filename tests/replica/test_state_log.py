@@ -5,6 +5,7 @@ Every test that needs NATS runs on a nats-server of its own (a fresh JetStream).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from nats.js import errors as jse
-from nats_cluster import start_cluster
+from nats_cluster import Cluster, start_cluster
 from polling import eventually
 
 from lakeshore.bus.state import (
@@ -210,16 +211,8 @@ async def test_a_write_of_many_rows_lands_whole_on_a_replicated_stream(
     # A replicated stream refuses a fenced write while another fenced on the same epoch
     # subject is being replicated ("wrong last sequence", 10164): a write of many rows
     # must not refuse itself.
-    cluster = await start_cluster(nats_server_factory, tmp_path)
-    nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
-    try:
+    async with _replicated_state(nats_server_factory, tmp_path) as (_, nc):
         js = nc.jetstream(timeout=5)
-        await eventually(
-            lambda: ensure_state_stream(js, replicas=3),
-            retry_on=(jse.APIError, TimeoutError),
-            timeout_s=30,
-            what="a replicated state stream",
-        )
         log = StateLog(js)
         await log.begin(1)
         rows = [_ns(f"ns-{i}") for i in range(64)]
@@ -228,6 +221,23 @@ async def test_a_write_of_many_rows_lands_whole_on_a_replicated_stream(
         for image in rows:
             stored = await js.get_last_msg(STREAM, subject_of(image))
             assert stored.headers[EPOCH_HEADER] == "1"
+
+
+@contextlib.asynccontextmanager
+async def _replicated_state(
+    nats_server_factory: Any, tmp_path: Path
+) -> AsyncIterator[tuple[Cluster, NatsClient]]:
+    """A 3-node cluster with an R3 ``LS_STATE``, and the control plane's connection to it."""
+    cluster = await start_cluster(nats_server_factory, tmp_path)
+    nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
+    try:
+        await eventually(
+            lambda: ensure_state_stream(nc.jetstream(timeout=5), replicas=3),
+            retry_on=(jse.APIError, TimeoutError),
+            timeout_s=30,
+            what="a replicated state stream",
+        )
+        yield cluster, nc
     finally:
         await nc.close()
 
@@ -257,36 +267,28 @@ async def test_a_catch_up_reads_a_replica_of_a_stream_without_quorum(
 ) -> None:
     # A new leader catches up to its epoch record while the cluster may still be electing:
     # its reads are answered by any replica, with no stream leader and no consumer.
-    cluster = await start_cluster(nats_server_factory, tmp_path)
-    nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
     store = await open_store(tmp_path / "replica.duckdb")
     try:
-        js = nc.jetstream(timeout=5)
-        await eventually(
-            lambda: ensure_state_stream(js, replicas=3),
-            retry_on=(jse.APIError, TimeoutError),
-            timeout_s=30,
-            what="a replicated state stream",
-        )
-        log = StateLog(js)
-        await log.begin(1)
-        last = await log.publish([_ns(f"ns-{i}") for i in range(20)])
-        info = await eventually(
-            lambda: js.stream_info(STREAM),
-            until=lambda si: all(r.current for r in si.cluster.replicas or []),
-            timeout_s=30,
-            what="every replica current",
-        )
-        # A follower is left alone (the client reconnects to it).
-        survivor = cluster.node_named(info.cluster.replicas[0].name)
-        for node in cluster.nodes:
-            if node is not survivor:
-                await node.kill()
-        projector = Projector(store, StateTail(nc), js)
-        await projector.catch_up(last, timeout_s=30)
-        assert projector.position == last
-        assert await store.log_position(STATE_LOG) == last
-        assert {n.name for n in await store.list_namespaces()} == {f"ns-{i}" for i in range(20)}
+        async with _replicated_state(nats_server_factory, tmp_path) as (cluster, nc):
+            js = nc.jetstream(timeout=5)
+            log = StateLog(js)
+            await log.begin(1)
+            last = await log.publish([_ns(f"ns-{i}") for i in range(20)])
+            info = await eventually(
+                lambda: js.stream_info(STREAM),
+                until=lambda si: all(r.current for r in si.cluster.replicas or []),
+                timeout_s=30,
+                what="every replica current",
+            )
+            # A follower is left alone (the client reconnects to it).
+            survivor = cluster.node_named(info.cluster.replicas[0].name)
+            for node in cluster.nodes:
+                if node is not survivor:
+                    await node.kill()
+            projector = Projector(store, StateTail(nc), js)
+            await projector.catch_up(last, timeout_s=30)
+            assert projector.position == last
+            assert await store.log_position(STATE_LOG) == last
+            assert {n.name for n in await store.list_namespaces()} == {f"ns-{i}" for i in range(20)}
     finally:
         await store.close()
-        await nc.close()
