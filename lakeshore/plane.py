@@ -253,6 +253,7 @@ class ControlPlane:
             settings.lease_ttl_s, replicas=settings.replicas,
         )  # fmt: skip
         self._leader_url.lease = lease
+        stack.push_async_callback(self._leader_url.close)
         # Unwound in reverse: a stopping leader ends its term while it still holds the
         # lease (its last writes, e.g. daemons' final heartbeats, are still taken), then
         # resigns, so a standby takes over at once rather than after the lease's TTL.

@@ -46,11 +46,11 @@ ERR_NO_MESSAGE = 10057
 PUBLISH_WINDOW = 500
 #: A claim not kept alive with in_progress() for this long is redelivered (seconds).
 ACK_WAIT_S = 60.0
-#: How long ensuring a queue's stream may take (seconds), each JetStream request of it
-#: timing out after ``_ENSURE_REQUEST_S`` and asked again: a stream electing its leader
-#: answers nothing, and one long request would wait on past the election.
+#: JetStream API requests about a queue's stream (ensuring it, reading its counts) time
+#: out after ``_SHORT_REQUEST_S``: a stream electing its leader answers nothing, and one
+#: long request would wait on past the election. Ensuring asks again for ``ENSURE_S``.
 ENSURE_S = 5.0
-_ENSURE_REQUEST_S = 1.0
+_SHORT_REQUEST_S = 1.0
 _RETRY_S = 0.1
 #: nats-py's answers of a JetStream that cannot answer yet (no stream leader, no responders).
 _NOT_YET = (TimeoutError, nats.errors.NoRespondersError, jse.ServiceUnavailableError)
@@ -67,7 +67,7 @@ class NatsBus:
     ) -> None:
         self._nc = nc
         self._js = js
-        self._js_short = nc.jetstream(timeout=_ENSURE_REQUEST_S)
+        self._js_short = nc.jetstream(timeout=_SHORT_REQUEST_S)
         self._replicas = replicas
         self._ack_wait_s = ack_wait_s
         self._answering: set[asyncio.Task[None]] = set()
@@ -178,9 +178,9 @@ class NatsBus:
         pending = running = 0
         async with self._errors(f"read the counts of {namespace}/{queue}"):
             try:
-                si = await self._js.stream_info(stream)
+                si = await self._js_short.stream_info(stream)
                 for level in range(levels):
-                    ci = await self._js.consumer_info(stream, subjects.level_consumer(level))
+                    ci = await self._js_short.consumer_info(stream, subjects.level_consumer(level))
                     pending += ci.num_pending or 0
                     running += ci.num_ack_pending or 0
             except jse.NotFoundError:

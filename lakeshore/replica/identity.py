@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import socket
 import time
@@ -13,6 +15,8 @@ from lakeshore.bus.lease import Lease
 REPLICA_ID_FILE = "replica-id"
 #: How long a standby reuses the leader's URL it read (seconds).
 LEADER_URL_CACHE_S = 0.5
+#: How long an answer waits for the leader's URL to be read (seconds).
+LEADER_URL_WAIT_S = 0.2
 _WILDCARDS = ("", "0.0.0.0", "::")
 
 
@@ -37,21 +41,43 @@ def advertised_api(host: str, port: int) -> str:
 
 
 class LeaderUrl:
-    """The leader's API URL as the lease names it, read at most every half second."""
+    """The leader's API URL as the lease names it, read at most every half second.
+
+    An answer never waits long for NATS: while JetStream elects the lease stream's leader
+    a read waits out its timeout, so a standby's every ``not_leader`` answer would take
+    that long. A read is waited for up to ``LEADER_URL_WAIT_S``, then goes on in the
+    background while the URL last read is used.
+    """
 
     def __init__(self) -> None:
         self.lease: Lease | None = None
         self._url: str | None = None
         self._at = 0.0
+        self._reading: asyncio.Task[None] | None = None
 
     async def get(self) -> str | None:
-        if self.lease is None:
+        lease = self.lease
+        if lease is None:
             return None
         if time.monotonic() - self._at > LEADER_URL_CACHE_S:
-            try:
-                holder = await self.lease.leader()
-            except Exception:  # NATS away: say no leader is known
-                holder = None
-            self._url = holder.url if holder is not None and holder.url else None
-            self._at = time.monotonic()
+            if self._reading is None:
+                self._reading = asyncio.create_task(self._read(lease), name="leader-url")
+            await asyncio.wait({self._reading}, timeout=LEADER_URL_WAIT_S)
         return self._url
+
+    async def close(self) -> None:
+        """Stop a read still under way."""
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+
+    async def _read(self, lease: Lease) -> None:
+        try:
+            holder = await lease.leader()
+        except Exception:  # NATS away: say no leader is known
+            holder = None
+        self._url = holder.url if holder is not None and holder.url else None
+        self._at = time.monotonic()
+        self._reading = None
