@@ -114,13 +114,15 @@ async def first_ready(planes: list[Plane], killed_at: float) -> tuple[float, int
 
 
 def _takeover(planes: list[Plane], epoch: int) -> str:
-    """How long the new leader's own takeover took (its epoch record, catch-up and term),
-    as it logged it: the rest of a failover is the lease's TTL and JetStream's elections."""
+    """How long the new leader's own takeover took (its epoch record, catch-up and term)
+    and how much of it the epoch record waited (for ``LS_STATE``'s leader), as it logged
+    it: the rest of a failover is the lease's TTL and the lease stream's election."""
     said = f"leading with epoch {epoch} "
     for plane in planes:
         for line in reversed(plane.output):
-            if said in line and (took := re.search(r"after ([0-9.]+)s", line)):
-                return f" (took over in {took.group(1)} s)"
+            if said in line and (took := re.search(r"after ([0-9.]+)s \(([0-9.]+)s", line)):
+                took_s, record_s = took.groups()
+                return f" (took over in {took_s} s, {record_s} s of it to record the epoch)"
     return ""
 
 
