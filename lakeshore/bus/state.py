@@ -16,6 +16,7 @@ reads, which any replica answers: no consumer to create while the cluster elects
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -178,6 +179,7 @@ class StateTail:
     def __init__(self, nc: NatsClient) -> None:
         self._nc = nc
         self._js = nc.jetstream(timeout=_TAIL_API_TIMEOUT_S)
+        self._deleting: set[asyncio.Task[None]] = set()
         self._sub: Any = None
         self._name = ""
 
@@ -262,11 +264,18 @@ class StateTail:
         self._sub = await self._js.pull_subscribe_bind(self._name, stream=STATE_STREAM)
 
     async def close(self) -> None:
+        """Stop reading. The consumer is deleted in the background: that needs the
+        JetStream meta leader, which may be electing (a node lost), and a takeover stops
+        its tail on its way; one not deleted goes after its inactive threshold."""
         sub, name, self._sub, self._name = self._sub, self._name, None, ""
         if sub is None:
             return
-        try:
+        with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
+        task = asyncio.create_task(self._delete(name), name=f"state-tail-delete-{name}")
+        self._deleting.add(task)
+        task.add_done_callback(self._deleting.discard)
+
+    async def _delete(self, name: str) -> None:
+        with contextlib.suppress(nats.errors.Error, TimeoutError, jse.APIError):
             await self._js.delete_consumer(STATE_STREAM, name)
-        except (nats.errors.Error, TimeoutError, jse.APIError):
-            pass  # it goes by itself after its inactive threshold
