@@ -71,14 +71,14 @@ class Projector:
                 if seq is None:
                     seq = await last_sequence(self._js)
                 self._follow_younger(seq)
-                failed = 0
+                said = False
                 while self.position < seq:
                     try:
                         batch = await self._tail.read_stored(self.position)
                     except Unavailable as e:
-                        failed += 1
-                        if failed == 1:
+                        if not said:
                             log.info("state catch-up: %s; asking again", e)
+                            said = True
                         await asyncio.sleep(_CATCH_UP_RETRY_S)
                         continue
                     if not batch:  # a replica that lags answered: ask again
@@ -90,9 +90,9 @@ class Projector:
                 f"the state log was not applied up to {seq} within {timeout_s:g}s "
                 f"(applied up to {self.position})"
             ) from None
-        except Exception as e:
-            if isinstance(e, Unavailable):
-                raise
+        except Unavailable:
+            raise
+        except Exception as e:  # the stream's end not read (nats-py's errors)
             raise Unavailable(f"the state log cannot be read: {e or type(e).__name__}") from e
 
     def _follow_younger(self, last: int) -> None:
