@@ -561,7 +561,7 @@ async def _close_the_bus(
     )
     stack.push_async_callback(callout.unsubscribe)
     system = await connect_nats(nats.url, name="lakeshore-sys", login=nats.login(system=True))
-    sessions = Sessions(system)
+    sessions = Sessions(system, queues_of)
     stack.push_async_callback(sessions.close)
     gate.on_revoke(sessions.revoke_token)
     return daemons, sessions

@@ -217,6 +217,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._retiring: set[str] = set()
         #: steal leases by worker id, as the controller last set them
         self._leases: dict[str, list[StealGrant]] = {}
+        #: when this registry began answering heartbeats: silence before it is not counted
+        self._since = clock()
 
     async def started(self) -> None:
         rows = {w.id: w for w in await self._store.list_workers()}
@@ -228,8 +230,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._unsaved &= rows.keys()
         self._rows = rows
         self._retiring = {w.id for w in self._rows.values() if w.status is WorkerStatus.RETIRING}
-        # A launch in flight across a restart gets a full launch timeout from now.
-        ts = self._clock()
+        # A launch in flight across a restart gets a full launch timeout from now, and a
+        # running worker a full lost_after: while no registry ran, no heartbeat was answered.
+        ts = self._since = self._clock()
         self._launch_clock = {
             w.id: ts for w in self._rows.values() if w.status is WorkerStatus.STARTING
         }
@@ -401,10 +404,13 @@ class WorkerRegistry(Actor[WorkerMsg]):
         return ts - self._launch_clock.get(w.id, w.started_at) > self._launch_timeout
 
     def _overdue(self, w: Worker, ts: datetime) -> bool:
-        """A live worker silent for longer than ``lost_after_s`` at ``ts``."""
+        """A live worker silent for longer than ``lost_after_s`` at ``ts``, counted from
+        its last heartbeat or from this registry's start, whichever is later."""
         if w.status not in _LIVE:
             return False
-        return w.last_heartbeat is None or ts - w.last_heartbeat > self._lost_after
+        if w.last_heartbeat is None:
+            return True
+        return ts - max(w.last_heartbeat, self._since) > self._lost_after
 
     async def _lose(self, w: Worker, extra: dict[str, Any]) -> Worker:
         new = await self._explain_loss(w, extra)

@@ -7,13 +7,15 @@ the claim in the order the data plane fixes:
 - failure with attempts left: event ``retrying`` (stored), ``nak(backoff(epoch))``;
 - last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
 - cancelled: event ``cancelled`` (stored), ``term()``;
+- interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
 
 An outcome's event is stored before the message is acknowledged: a daemon that dies in
 between leaves a redelivery (fenced as stale), never a finished run nobody recorded.
-- interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
 
-A NATS failure while settling is logged and left to JetStream: an unacknowledged claim is
-redelivered after ``ack_wait`` as a new attempt, and the Recorder fences stale ones.
+The lease is renewed until the claim is settled. Storing the result is tried again
+through a reconnect (for up to ``ack_wait``); a NATS failure that outlasts that is logged
+and left to JetStream: an unacknowledged claim is redelivered after ``ack_wait`` as a new
+attempt, and the Recorder fences stale ones.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from lakeshore.daemon.policies import (
     Lease,
     RunTimedOut,
     backoff_s,
+    persist,
     should_retry,
     timed_out_error,
     within,
@@ -106,49 +109,50 @@ class Job:
         detail = {"seq": c.seq, "level": c.level, **({"stolen": True} if c.stolen else {})}
         self._emit(EventType.CLAIMED, detail)
         log.info("%s: claimed from %s/p%d%s", self._label, c.queue, c.level, _STOLEN[c.stolen])
+        renew = functools.partial(self._ctx.bus.in_progress, c.msg)
         try:
-            try:
-                outcome = await self._execute()
-            finally:
-                self.running = False
-                self._on_ran()
-            await self._settle(outcome)
+            # Held until settled: storing the result may wait out a reconnect.
+            async with Lease(renew, c.ack_wait_s, self._label):
+                try:
+                    outcome = await self._execute()
+                finally:
+                    self.running = False
+                    self._on_ran()
+                await self._settle(outcome)
         except LakeshoreError as e:
             log.warning("%s: not settled (%s); JetStream will redeliver it", self._label, e)
         except Exception:
             log.exception("%s: failed inside the daemon; JetStream will redeliver it", self._label)
 
     async def _execute(self) -> Outcome | None:
-        """Run under lease and timeout; ``None`` when stopped by :meth:`stop`."""
+        """Run under its timeout; ``None`` when stopped by :meth:`stop`."""
         if self._stop is not None:
             return None
         inv, c = self.claim.invocation, self.claim
         capture = Capture()
         self._emit(EventType.STARTED, {"seq": c.seq})
         log.info("%s: started", self._label)
-        renew = functools.partial(self._ctx.bus.in_progress, c.msg)
-        async with Lease(renew, c.ack_wait_s, self._label):
-            self._run = asyncio.create_task(
-                within(inv.timeout_s, self._ctx.runner.run(inv, capture)), name=self._label
+        self._run = asyncio.create_task(
+            within(inv.timeout_s, self._ctx.runner.run(inv, capture)), name=self._label
+        )
+        if self._stop is not None:  # stopped while the run was being set up
+            self._run.cancel()
+        try:
+            return await self._run
+        except RunTimedOut as e:
+            return Outcome(
+                ok=False,
+                error=timed_out_error(e),
+                exit_code=capture.exit_code,
+                output=capture.text() if inv.command else None,
+                stderr=capture.stderr_text() if inv.command else None,
             )
-            if self._stop is not None:  # stopped while the run was being set up
-                self._run.cancel()
-            try:
-                return await self._run
-            except RunTimedOut as e:
-                return Outcome(
-                    ok=False,
-                    error=timed_out_error(e),
-                    exit_code=capture.exit_code,
-                    output=capture.text() if inv.command else None,
-                    stderr=capture.stderr_text() if inv.command else None,
-                )
-            except asyncio.CancelledError:
-                # Our own stop() cancelled the run; a cancellation of this task is not ours.
-                task = asyncio.current_task()
-                if self._stop is None or (task is not None and task.cancelling()):
-                    raise
-                return None
+        except asyncio.CancelledError:
+            # Our own stop() cancelled the run; a cancellation of this task is not ours.
+            task = asyncio.current_task()
+            if self._stop is None or (task is not None and task.cancelling()):
+                raise
+            return None
 
     async def _settle(self, outcome: Outcome | None) -> None:
         bus, c = self._ctx.bus, self.claim
@@ -207,7 +211,13 @@ class Job:
             output=outcome.output,
             stderr=outcome.stderr,
         )
-        await self._ctx.bus.put_result(c.invocation.namespace, self.id, c.epoch, result)
+        await persist(
+            lambda: self._ctx.bus.put_result(c.invocation.namespace, self.id, c.epoch, result),
+            within_s=c.ack_wait_s,
+            what=f"{self._label}: result not stored",
+            # A drain out of time stops settling too: the claim is redelivered.
+            give_up=lambda: self._stop is Stop.INTERRUPT,
+        )
 
     def _detail(self, outcome: Outcome) -> dict[str, Any]:
         detail: dict[str, Any] = {"seq": self.claim.seq}

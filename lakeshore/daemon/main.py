@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lakeshore import __version__
 from lakeshore.bus.work import WorkBus
@@ -29,6 +30,7 @@ from lakeshore.errors import Unavailable
 from lakeshore.model import DaemonControl, Worker, WorkerRegister
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Pause between registration attempts while no registry answers (seconds).
 REGISTER_RETRY_S = (0.5, 1.0, 2.0, 5.0)
@@ -175,35 +177,30 @@ async def _connect(
     The connection retries an unreachable server for ever (a daemon may well start before
     its NATS), so only ``stop`` ends the wait.
     """
-    connecting = asyncio.create_task(
+    bus = await _unless_stopped(
         WorkBus.connect(
             settings.access,
             settings.name,
             password=credential.current,
             request_timeout_s=settings.request_timeout_s,
         ),
-        name="connect",
+        stop,
     )
-    stopping = asyncio.create_task(stop.wait(), name="stop")
-    try:
-        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (connecting, stopping):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(connecting, stopping, return_exceptions=True)
-    if connecting.cancelled():
+    if bus is None:
         log.info("stopped before NATS at %s answered", settings.access.nats_url)
-        return None
-    return connecting.result()
+    return bus
 
 
 async def _register(bus: WorkBus, reg: WorkerRegister, stop: asyncio.Event) -> Worker | None:
-    """Register, waiting for a registry to answer; ``None`` if stopped first."""
+    """Register, waiting for a registry to answer; ``None`` if stopped first.
+
+    A stop abandons the request in flight: its answer may never come (a control plane
+    that stopped after it registered the daemon), and a stop must not wait its timeout.
+    """
     attempt = 0
     while not stop.is_set():
         try:
-            return await bus.register(reg)
+            return await _unless_stopped(bus.register(reg), stop)
         except Unavailable as e:
             pause = REGISTER_RETRY_S[min(attempt, len(REGISTER_RETRY_S) - 1)]
             if attempt == 0:
@@ -215,6 +212,20 @@ async def _register(bus: WorkBus, reg: WorkerRegister, stop: asyncio.Event) -> W
             except TimeoutError:
                 pass
     return None
+
+
+async def _unless_stopped(step: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``await step``, or ``None`` (``step`` cancelled) if ``stop`` is set first."""
+    doing = asyncio.ensure_future(step)
+    stopping = asyncio.create_task(stop.wait(), name="stop")
+    try:
+        await asyncio.wait({doing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (doing, stopping):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(doing, stopping, return_exceptions=True)
+    return None if doing.cancelled() else doing.result()
 
 
 async def _retire_on(stop: asyncio.Event, dispatcher: Dispatcher) -> None:

@@ -39,14 +39,16 @@ _NONCE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 class Grant:
     """What one connection is allowed."""
 
-    #: ``<role>/<org>/<namespace>/<token-id>/<id>``: the connection's user name in the
+    #: ``<role>/<org>/<namespace>/<token-id>/<id>/<grant>``: the connection's user name in the
     #: server's connz, by which :mod:`~lakeshore.security.sessions` finds it again
     name: str
     permissions: Permissions
 
 
-def connection_name(role: str, org: str, namespace: str, token_id: str, ident: str) -> str:
-    return NAME_SEPARATOR.join((role, org, namespace, token_id, ident))
+def connection_name(
+    role: str, org: str, namespace: str, token_id: str, ident: str, grant: str = "*"
+) -> str:
+    return NAME_SEPARATOR.join((role, org, namespace, token_id, ident, grant))
 
 
 class Identities:
@@ -84,8 +86,11 @@ class Identities:
         if ns is None or ns.org != who.org:
             raise Unauthorized(f"namespace {who.namespace!r} of org {who.org!r} is gone")
         queues = await self._queues_of(who.namespace)
+        tag = grants.queues_tag(queues)
         return Grant(
-            name=connection_name(DAEMON_USER, who.org, who.namespace, who.token_id, who.worker_id),
+            name=connection_name(
+                DAEMON_USER, who.org, who.namespace, who.token_id, who.worker_id, tag
+            ),
             permissions=grants.daemon(who.namespace, who.worker_id, queues),
         )
 

@@ -9,6 +9,7 @@ the namespace's daemons, which reconnect at once and are granted anew
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 import msgspec
@@ -16,7 +17,7 @@ import msgspec
 from lakeshore.bus import subjects
 
 #: Connection names (``authorized_user`` in the server's connz) are
-#: ``<role>/<org>/<ns>/<token-id>/<id>``.
+#: ``<role>/<org>/<ns>/<token-id>/<id>/<grant>``, ``<grant>`` a daemon's :func:`queues_tag`.
 NAME_SEPARATOR = "/"
 #: The CONNECT user of a daemon (its password: its credential) and of a producer
 #: (``producer/<nonce>``; its password: a Lakeshore token).
@@ -75,6 +76,13 @@ def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions
         subjects.daemon_control_subject(namespace, worker_id),
     ]
     return Permissions(publish=publish, subscribe=subscribe)
+
+
+def queues_tag(queues: Iterable[str]) -> str:
+    """A short digest of the queue set a daemon was granted: named in its connection, so
+    that a re-grant cuts only the connections granted before the set changed."""
+    joined = "\n".join(sorted(set(queues)))
+    return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
 def producer(namespaces: Iterable[str] | None, nonce: str) -> Permissions:

@@ -4,8 +4,9 @@ A connection's permissions are fixed when it connects, so a change of what it ma
 takes effect by disconnecting it: it reconnects at once (every Lakeshore client reconnects
 for ever) and the auth callout grants it anew — or refuses it, when its token was revoked.
 This module finds connections by the name the callout gave them
-(:func:`lakeshore.security.callout.connection_name`) in every server's connz and kicks
-them, over the system account (``$SYS.REQ.SERVER.PING.CONNZ``,
+(:func:`lakeshore.security.callout.connection_name`; a daemon's names the queue set it
+was granted, so a re-grant cuts only the connections that lack a queue) in every server's
+connz and kicks them, over the system account (``$SYS.REQ.SERVER.PING.CONNZ``,
 ``$SYS.REQ.SERVER.<id>.KICK``).
 """
 
@@ -14,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 import nats.errors
 from nats.aio.client import Client as NatsClient
 
-from lakeshore.security.grants import NAME_SEPARATOR
+from lakeshore.security.grants import DAEMON_USER, NAME_SEPARATOR, queues_tag
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,12 @@ class Sessions:
 
     Args:
         nc: a connection of the system account's user.
+        queues_of: the queue names of a namespace now (what its daemons are granted).
     """
 
-    def __init__(self, nc: NatsClient) -> None:
+    def __init__(self, nc: NatsClient, queues_of: Callable[[str], Awaitable[list[str]]]) -> None:
         self._nc = nc
+        self._queues_of = queues_of
         self._stale: set[str] = set()
         self._refresh: asyncio.Task[None] | None = None
 
@@ -53,7 +56,8 @@ class Sessions:
             await self._nc.close()
 
     async def kick(self, match: Callable[[list[str]], bool]) -> int:
-        """Disconnect every client whose name's parts satisfy ``match``.
+        """Disconnect every client whose name's parts (``role, org, namespace, token id,
+        id, grant``; see :func:`lakeshore.security.callout.connection_name`) satisfy ``match``.
 
         Returns:
             How many connections were disconnected.
@@ -62,7 +66,9 @@ class Sessions:
         for server_id, connections in await self._connz():
             for conn in connections:
                 parts = str(conn.get("authorized_user") or "").split(NAME_SEPARATOR)
-                if len(parts) == 5 and match(parts):
+                if len(parts) == 5:  # named by a Lakeshore before the grant was named too
+                    parts.append("")
+                if len(parts) == 6 and match(parts):
                     subject = f"$SYS.REQ.SERVER.{server_id}.KICK"
                     body = json.dumps({"cid": conn["cid"]}).encode()
                     with suppress(nats.errors.Error, TimeoutError):
@@ -88,12 +94,23 @@ class Sessions:
         await asyncio.sleep(REFRESH_DELAY_S)
         stale, self._stale = self._stale, set()
         try:
-            count = await self.kick(lambda p: p[0] == "daemon" and p[2] in stale)
+            count = await self.regrant_now(stale)
         except Exception:
             log.exception("could not re-grant the daemons of %s", ", ".join(sorted(stale)))
             return
         if count:
             log.info("re-granting %d daemon connection(s) of %s", count, ", ".join(sorted(stale)))
+
+    async def regrant_now(self, namespaces: set[str]) -> int:
+        """Disconnect the daemons of ``namespaces`` that were granted another queue set
+        than the one they have now; a daemon that connected after the change keeps its
+        connection (and its claims' settling).
+
+        Returns:
+            How many connections were disconnected.
+        """
+        tags = {ns: queues_tag(await self._queues_of(ns)) for ns in namespaces}
+        return await self.kick(lambda p: p[0] == DAEMON_USER and tags.get(p[2], p[5]) != p[5])
 
     async def _connz(self) -> list[tuple[str, list[dict]]]:
         """``(server id, connections)`` of every server that answers."""

@@ -105,6 +105,8 @@ class WriteBatches:
         if merged is None or len(merged.items) >= MAX_BATCH:
             merged = self._merging[kind] = _Merged(plan)
             merged.answer = self._enqueue(merged.run)
+            # Shielded: when every writer was cancelled (a stopping plane), nobody reads it.
+            merged.answer.add_done_callback(_retrieve)
         index = len(merged.items)
         merged.items.append(item)
         outcome = (await asyncio.shield(merged.answer))[index]
@@ -222,3 +224,9 @@ class _Merged:
 
     def run(self, con: Con) -> tuple[list[Image], list[Any]]:
         return self.plan(con, self.items)
+
+
+def _retrieve(answer: asyncio.Future[Any]) -> None:
+    """Mark a failed answer's error as seen (asyncio logs an unseen one as a bug)."""
+    if not answer.cancelled():
+        answer.exception()

@@ -28,7 +28,7 @@ from lakeshore.model import DaemonAccess, Namespace, ProviderKind, Queue, Worker
 from lakeshore.providers import ExternalProvider
 from lakeshore.store.memory import InMemoryStore
 
-from .support import NS, WAIT_S, WALL, RecordingBackend
+from .support import NS, WAIT_S, WALL, RecordingBackend, spawn_registry
 
 NATS_URL = "nats://test.invalid:4222"
 
@@ -58,8 +58,7 @@ async def store() -> InMemoryStore:
 
 @pytest.fixture
 async def registry(runtime: Runtime, store: InMemoryStore) -> ActorRef[WorkerMsg]:
-    WALL.offset_s = 0.0
-    return await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
+    return await spawn_registry(runtime, WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
 
 
 @pytest.fixture

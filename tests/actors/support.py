@@ -11,6 +11,8 @@ from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.workers import WorkerMsg, WorkerRegistry
 from lakeshore.bus import codec
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.errors import LakeshoreError
@@ -60,6 +62,17 @@ class Wall:
 #: The registry's clock in these tests (a heartbeat's time is the registry's, not the
 #: daemon's, so a test sets the clock back to send a beat "in the past").
 WALL = Wall()
+
+
+async def spawn_registry(runtime: Runtime, registry: WorkerRegistry) -> ActorRef[WorkerMsg]:
+    """Spawn ``registry`` (its clock :data:`WALL`) as if it had started an hour ago: a
+    registry counts a worker's silence from its own start at the earliest, and the tests
+    send heartbeats "in the past" within that hour."""
+    WALL.offset_s = -3600.0
+    try:
+        return await runtime.spawn(registry)
+    finally:
+        WALL.offset_s = 0.0
 
 
 def ago(seconds: float) -> datetime:

@@ -255,6 +255,27 @@ async def test_a_worker_heard_before_a_crash_of_the_registry_is_not_lost_after_i
     assert (await row(registry, w.id)).status is IDLE
 
 
+async def test_a_new_registry_counts_silence_from_its_own_start(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    """A control plane down for longer than lost_after (an upgrade, a failover) answered no
+    heartbeat meanwhile: its workers get a full lost_after from its start, not a mass loss."""
+    WALL.offset_s = -60.0
+    try:
+        first = await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
+        w = await register(first, "d1")  # last heard a minute ago
+        await runtime.stop(first)
+    finally:
+        WALL.offset_s = 0.0
+    registry = await runtime.spawn(WorkerRegistry(store, lost_after_s=10.0, clock=WALL))
+    assert await registry.ask(Sweep()) == []
+    WALL.offset_s = 11.0  # and still silent a lost_after after the start: lost
+    try:
+        assert [x.id for x in await registry.ask(Sweep())] == [w.id]
+    finally:
+        WALL.offset_s = 0.0
+
+
 async def test_a_scrub_keeps_the_heartbeat_times_held_in_memory(
     registry: ActorRef[WorkerMsg],
 ) -> None:

@@ -1,4 +1,4 @@
-"""The pure policies and the command line, without NATS."""
+"""The policies and the command line, without NATS."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from lakeshore.cli.daemon_run import run
-from lakeshore.daemon.policies import backoff_s, should_retry
+from lakeshore.daemon.policies import backoff_s, persist, should_retry
 from lakeshore.daemon.runner import Capture, resolve
+from lakeshore.errors import TooLarge, Unavailable
 
 
 def test_backoff_doubles_from_one_second_and_is_capped_at_a_minute():
@@ -58,3 +59,37 @@ def test_run_rejects_bad_flags_with_usage_errors(args, message):
     env = {"LAKESHORE_NATS_URL": "", "LAKESHORE_TOKEN": "", "LAKESHORE_NATS_CREDENTIAL": ""}
     result = CliRunner().invoke(run, args, env=env)
     assert result.exit_code == 2 and message in result.output
+
+
+async def test_persist_tries_again_while_the_bus_is_unavailable():
+    tries: list[int] = []
+
+    async def step() -> str:
+        tries.append(len(tries))
+        if len(tries) < 3:
+            raise Unavailable("reconnecting")
+        return "stored"
+
+    assert await persist(step, within_s=30.0, what="put") == "stored"
+    assert len(tries) == 3
+
+
+async def test_persist_gives_up_after_its_bound_and_lets_other_errors_through():
+    async def down() -> None:
+        raise Unavailable("still down")
+
+    with pytest.raises(Unavailable, match="still down"):
+        await persist(down, within_s=0.0, what="put")
+    with pytest.raises(Unavailable, match="still down"):  # a drain out of time
+        await persist(down, within_s=30.0, what="put", give_up=lambda: True)
+
+    tries = 0
+
+    async def too_large() -> None:
+        nonlocal tries
+        tries += 1
+        raise TooLarge("over max_payload")
+
+    with pytest.raises(TooLarge):
+        await persist(too_large, within_s=30.0, what="put")
+    assert tries == 1

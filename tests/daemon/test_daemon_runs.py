@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
-from daemon_support import J, command, fn, wait_gone, wait_pid
+from daemon_support import WAIT_S, J, command, fn, wait_gone, wait_pid
+from polling import eventually
 
+from lakeshore.bus import subjects
 from lakeshore.model import EventType
 
 
@@ -123,3 +127,30 @@ async def test_a_result_over_the_nats_max_payload_fails_the_attempt(bench, daemo
     error = (await bench.result(inv_id, 1)).error
     assert error.type == "lakeshore.ResultTooLarge" and "max_payload" in error.message
     assert await bench.depth(q) == 0
+
+
+async def test_a_result_the_server_refuses_for_a_while_is_stored_in_the_same_attempt(
+    bench, daemons, caplog
+):
+    """While ``LS_RESULTS`` refuses puts (here: its message size is cut to one byte, as a
+    reconnect or a stream election would fail them), the daemon holds the claim and stores
+    the result again, instead of leaving it to a redelivery an ``ack_wait`` later."""
+    caplog.set_level(logging.INFO, logger="lakeshore.daemon.policies.retries")
+    q = await bench.queue("runs-refused")
+    await daemons.start("solo", queues=[q])
+    stream = f"KV_{subjects.RESULTS_BUCKET}"
+    config = (await bench.js.stream_info(stream)).config
+    await bench.js.update_stream(dataclasses.replace(config, max_msg_size=1))
+    try:
+        ids = await bench.submit(q, *[fn("add", i, 1) for i in range(3)])
+        await eventually(
+            lambda: [r for r in caplog.records if "result not stored" in r.getMessage()],
+            until=lambda refused: len({r.getMessage()[:36] for r in refused}) == len(ids),
+            timeout_s=WAIT_S,
+            what="every put refused once",
+        )
+    finally:
+        await bench.js.update_stream(config)
+    succeeded = await bench.events.wait_count(EventType.SUCCEEDED, len(ids), queue=q)
+    assert {(e.invocation_id, e.epoch) for e in succeeded} == {(i, 1) for i in ids}
+    assert [(await bench.result(i, 1)).value for i in ids] == [1, 2, 3]

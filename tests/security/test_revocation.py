@@ -1,5 +1,6 @@
 """Revoking a token cuts the NATS access of everything that used it, within two heartbeats;
-a queue created after a daemon connected is granted to it without a restart."""
+a queue created after a daemon connected is granted to it without a restart, and only
+the connections that lack it are cut."""
 
 from __future__ import annotations
 
@@ -124,3 +125,7 @@ async def test_a_queue_created_after_a_daemon_connected_is_served_by_it(control_
         assert (await api.post(f"/v1/namespaces/{NS}/queues", {"name": "later"}))[0] == 201
         job = await running.submit(api, "later", {"command": ["true"]})
         await running.reaches(api, job, "succeeded")
+        # Granted anew, it is not cut again: a re-grant cuts only connections that lack a
+        # queue (one that connects while its namespace gains queues keeps its settling).
+        sessions = control_plane.plane.parts.sessions
+        assert await sessions.regrant_now({NS}) == 0
