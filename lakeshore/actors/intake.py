@@ -28,6 +28,7 @@ from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import InsufficientStorage, LakeshoreError, QueueFull, WrongState
 from lakeshore.faults import Faults
+from lakeshore.futures import mark_retrieved
 from lakeshore.ids import new_id
 from lakeshore.model import (
     ElasticityKind,
@@ -120,7 +121,7 @@ class Intake:
         # Asked of the registry while the work is published (the answer does not depend
         # on it): the registry's turn then costs the submit nothing.
         warned = asyncio.ensure_future(self._warnings(row))
-        warned.add_done_callback(_retrieved)
+        warned.add_done_callback(mark_retrieved)  # unawaited when the submit fails first
         try:
             todo = [i for i, p in enumerate(waiting.published) if p is None]
             stored = await admission.publish(self._bus, row, [items[i] for i in todo])
@@ -273,9 +274,3 @@ class Intake:
         for batch in admission.event_batches(events):
             await self._bus.publish_events(self._ns, self._queue, batch)
         return len(events)
-
-
-def _retrieved(task: asyncio.Future[list[str]]) -> None:
-    """A warnings task nobody awaited (its submit failed first): its error is not news."""
-    if not task.cancelled():
-        task.exception()

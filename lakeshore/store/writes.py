@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import duckdb
 
+from lakeshore.futures import mark_retrieved
 from lakeshore.model.images import Image
 from lakeshore.store import _rows, images
 from lakeshore.store.images import STATE_LOG
@@ -106,7 +107,7 @@ class WriteBatches:
             merged = self._merging[kind] = _Merged(plan)
             merged.answer = self._enqueue(merged.run)
             # Shielded: when every writer was cancelled (a stopping plane), nobody reads it.
-            merged.answer.add_done_callback(_retrieve)
+            merged.answer.add_done_callback(mark_retrieved)
         index = len(merged.items)
         merged.items.append(item)
         outcome = (await asyncio.shield(merged.answer))[index]
@@ -224,9 +225,3 @@ class _Merged:
 
     def run(self, con: Con) -> tuple[list[Image], list[Any]]:
         return self.plan(con, self.items)
-
-
-def _retrieve(answer: asyncio.Future[Any]) -> None:
-    """Mark a failed answer's error as seen (asyncio logs an unseen one as a bug)."""
-    if not answer.cancelled():
-        answer.exception()
