@@ -110,7 +110,9 @@ class Sessions:
             How many connections were disconnected.
         """
         tags = {ns: queues_tag(await self._queues_of(ns)) for ns in namespaces}
-        return await self.kick(lambda p: p[0] == DAEMON_USER and tags.get(p[2], p[5]) != p[5])
+        return await self.kick(
+            lambda p: p[0] == DAEMON_USER and p[2] in tags and p[5] != tags[p[2]]
+        )
 
     async def _connz(self) -> list[tuple[str, list[dict]]]:
         """``(server id, connections)`` of every server that answers."""
