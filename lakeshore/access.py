@@ -7,14 +7,17 @@ is stored; the secret is shown once, when it is issued.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from lakeshore import quotas
 from lakeshore.errors import AlreadyExists, Forbidden, NamespaceNotFound, Unauthorized
 from lakeshore.model import Namespace, Token, TokenCreated, now, validate_name
+from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store import Store
 
 log = logging.getLogger(__name__)
@@ -46,10 +49,19 @@ class Access:
     Every request is authorised here, so the lookups must not cost a store round trip:
     namespaces (never deleted) and live tokens are cached once read, and every write goes
     through this object, which keeps the cache true (a revoked token is forgotten at once).
+
+    Args:
+        store: the rows.
+        quotas: the server's quotas (``namespaces_per_org`` is checked here, the owner of
+            the rows it counts).
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, quotas: Quotas = DEFAULT_QUOTAS) -> None:
         self._store = store
+        self._quotas = quotas
+        # Count and insert in one step: two creations at once must not both fit the
+        # last place of an org's quota.
+        self._creating = asyncio.Lock()
         self._namespaces: dict[str, Namespace] = {}
         self._tokens: dict[str, Token] = {}
         self._on_revoke: list[Callable[[str], Awaitable[object]]] = []
@@ -96,18 +108,40 @@ class Access:
         return await self._store.token_by_id(token_id)
 
     async def create_namespace(self, name: str, org: str) -> Namespace:
+        """A new namespace ``name`` in ``org``.
+
+        Raises:
+            InvalidName: ``name`` or ``org`` is not a valid name.
+            AlreadyExists: a namespace ``name`` exists (in any org).
+            QuotaExceeded: ``org`` has ``namespaces_per_org`` namespaces already; nothing
+                was created.
+        """
         ns = Namespace(
             name=validate_name("namespace", name), org=validate_name("org", org), created_at=now()
         )
+        async with self._creating:
+            if await self.namespace(ns.name) is None:
+                have = len(await self._store.list_namespaces(ns.org))
+                quotas.check_namespaces(self._quotas, ns.org, have)
+            return await self._insert_namespace(ns)
+
+    async def _insert_namespace(self, ns: Namespace) -> Namespace:
         await self._store.insert_namespace(ns)
         self._namespaces[ns.name] = ns
-        log.info("namespace %s created in org %s", name, org)
+        log.info("namespace %s created in org %s", ns.name, ns.org)
         return ns
 
     async def namespace_or_create(self, caller: Caller, name: str) -> Namespace:
         """``name`` once ``caller`` may act on it; an unknown one is created in the caller's
-        org first (the provider routes' contract, unlike the queue routes' 404)."""
-        if await self.namespace(name) is None:
+        org first (the provider routes' writes: the user's contract, unlike the queue
+        routes' 404). Never call it for a read: a read creates nothing.
+
+        Raises:
+            QuotaExceeded: an unknown ``name`` would take the caller's org over
+                ``namespaces_per_org``.
+            Forbidden: ``name`` is another org's.
+        """
+        if await self.namespace(validate_name("namespace", name)) is None:
             try:
                 await self.create_namespace(name, visible_org(caller, None))
             except AlreadyExists:
@@ -136,7 +170,11 @@ class Access:
         """
         if await self._store.list_tokens(None) or await self.namespace(DEFAULT_NAMESPACE):
             return None
-        await self.create_namespace(DEFAULT_NAMESPACE, DEFAULT_ORG)
+        # Not counted against namespaces_per_org: even a server that forbids namespaces
+        # (quota 0) has its default one.
+        await self._insert_namespace(
+            Namespace(name=DEFAULT_NAMESPACE, org=DEFAULT_ORG, created_at=now())
+        )
         return await self.issue_token(None, "admin (created by lakeshore server)", admin=True)
 
     async def identify(self, authorization: str | None) -> Caller:

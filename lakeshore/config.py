@@ -36,6 +36,12 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """HTTP listen address."""
     port: Port = 8080
     """HTTP port; 0 picks a free one."""
+    http_header_timeout_s: Seconds = 10.0
+    """A connection that has not sent a request's complete headers this long after it
+    opened (on a kept-alive one: after the request's first byte) is closed, in seconds."""
+    http_body_timeout_s: Seconds = 30.0
+    """A request body that sends nothing for this long is answered 408 and its connection
+    closed, in seconds."""
     nats_url: str | None = None
     """An existing NATS server to use; ``None`` runs an embedded one."""
     nats_port: Port = 4222
@@ -111,6 +117,14 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     lease_ttl_s: Annotated[int, Meta(ge=1, le=60)] = 3
     """The leader lease's time to live, in whole seconds: a standby takes over this long
     after the leader stops renewing it (the leader renews every third of it)."""
+    local_orphan_after_s: Seconds = 60.0
+    """A daemon the ``local`` provider started retires (drains, then exits) once its
+    heartbeats have gone unanswered this long, in seconds: it does not outlive a control
+    plane that was killed (one started by hand waits for its control plane for ever)."""
+    stop_timeout_s: Seconds = 30.0
+    """On SIGTERM, the longest the control plane takes to stop, in seconds: each step of
+    the stop is bounded, and the process exits at the end of this whatever is left (a
+    NATS that does not answer cannot hold it)."""
 
 
 class ClientSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -47,6 +47,39 @@ _PR_SET_PDEATHSIG = 1
 # from discarding them, and an over-long line is skipped rather than fatal.
 _LINE_LIMIT = 1 << 20
 _LOG_LEVELS = {"[WRN]": logging.WARNING, "[ERR]": logging.ERROR, "[FTL]": logging.ERROR}
+#: How Lakeshore's tokens begin (``lakeshore.access.TOKEN_PREFIX``, not imported: that
+#: module loads the store, which a daemon, importing this one, never does).
+TOKEN_PREFIX = "lsk_"
+#: The CONNECT user names (roles) of Lakeshore's clients (``lakeshore.security.grants``):
+#: the only ones a logged line keeps.
+KNOWN_USERS = frozenset({"daemon", "producer"})
+#: A user name as nats-server writes it: ``User "…"`` (authentication errors, Go's %q
+#: escapes inside) and ``"user":"…"`` (a CONNECT at trace level).
+_USER_RE = re.compile(r'(User "|"user":\s*")((?:[^"\\]|\\.)*)(")')
+_TOKEN_RE = re.compile(re.escape(TOKEN_PREFIX) + r"[A-Za-z0-9_\-]+")
+REDACTED = "[redacted]"
+
+
+def redact(line: str) -> str:
+    """``line`` of nats-server's output without what a client may have sent as a secret.
+
+    A client can put anything in its CONNECT user name, its token included, and the server
+    writes that name into its authorization errors. So a user name is kept only as its
+    role when that is one of :data:`KNOWN_USERS` (``producer/<nonce>`` becomes
+    ``producer/[redacted]``), and anything that looks like a token is cut to its prefix.
+    """
+    return _TOKEN_RE.sub(TOKEN_PREFIX + REDACTED, _USER_RE.sub(_safe_user, line))
+
+
+def _safe_user(found: re.Match[str]) -> str:
+    role, slash, _ = found[2].partition("/")
+    if not found[2]:
+        shown = ""
+    elif role not in KNOWN_USERS:
+        shown = REDACTED
+    else:
+        shown = role + (slash and slash + REDACTED)
+    return found[1] + shown + found[3]
 
 
 def find_nats_server() -> Path:
@@ -164,7 +197,7 @@ class NatsServer:
     ``async with NatsServer(store_dir, config_file=conf) as server: ...``. After ``start()``
     a task owned by the object drains the server's output into this module's logger
     (DEBUG; WARNING/ERROR for ``[WRN]``/``[ERR]``/``[FTL]`` lines), so the pipe never fills
-    and blocks the server.
+    and blocks the server; every line is :func:`redact`-ed first.
 
     Args:
         store_dir: JetStream store directory (``-sd``); created by the server if missing.
@@ -362,13 +395,15 @@ class NatsServer:
 
 
 async def _readline(reader: asyncio.StreamReader) -> str | None:
-    """Next line without its newline; ``None`` at end of output."""
+    """Next line without its newline, :func:`redact`-ed (every use of the server's output
+    — its log records, a failed start's message — reads it here); ``None`` at end of
+    output."""
     while True:
         try:
             raw = await reader.readline()
         except ValueError:
             continue  # over the limit: StreamReader has already discarded it
-        return raw.decode(errors="replace").rstrip("\r\n") if raw else None
+        return redact(raw.decode(errors="replace").rstrip("\r\n")) if raw else None
 
 
 class _StartOutput:

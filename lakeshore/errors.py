@@ -80,7 +80,7 @@ class NamespaceNotFound(NotFound):
         self.namespace = namespace
         super().__init__(
             f"namespace {namespace!r} does not exist; create it with "
-            f"`lakeshore namespaces add {namespace} --org ORG`"
+            f"`lakeshore namespaces add {namespace} --org ORG` (POST /v1/namespaces)"
         )
 
 
@@ -257,6 +257,13 @@ class TooLong(LakeshoreError):
 
     code = "uri_too_long"
     http_status = 414
+
+
+class RequestTimeout(LakeshoreError):
+    """A request's body stopped arriving for longer than the server waits (408)."""
+
+    code = "request_timeout"
+    http_status = 408
 
 
 class Internal(LakeshoreError):

@@ -11,13 +11,15 @@ NATS takes is refused with ``too_large`` and the SDK asks over HTTP instead.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from lakeshore.access import Access, Caller
+from lakeshore.access import Access
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.nats import NatsBus
 from lakeshore.errors import (
@@ -34,27 +36,73 @@ from lakeshore.model import (
     FastResult,
     FastSubmit,
     Heartbeat,
+    HeldAsk,
+    Namespace,
     WorkerRegister,
 )
+from lakeshore.security import grants
+from lakeshore.security.replies import SteeredReplies
 from lakeshore.services import FleetService, JobService
 
 log = logging.getLogger(__name__)
 
 
+#: Who sends a route's requests, which decides the inbox its answer must go to.
+DAEMON, PRODUCER = "daemon", "producer"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One kind of request the gateway answers."""
+
+    #: what it is called in logs and metrics
+    name: str
+    #: the subjects it is asked on
+    wildcard: str
+    #: :data:`DAEMON` (its subject names the worker) or :data:`PRODUCER` (its body carries
+    #: a token)
+    asker: str
+    #: what its body decodes to
+    body: type
+
+
+#: Every request the gateway answers (the tenancy probes send each of them).
+ROUTES = (
+    Route("register", subjects.register_wildcard(), DAEMON, WorkerRegister),
+    Route("heartbeat", subjects.heartbeat_wildcard(), DAEMON, Heartbeat),
+    Route("held", subjects.held_wildcard(), DAEMON, HeldAsk),
+    Route("submit", subjects.submit_wildcard(), PRODUCER, FastSubmit),
+    Route("result", subjects.result_wait_wildcard(), PRODUCER, FastResult),
+)
+
+
 class Gateway:
     """Answers the control plane's NATS subjects with the services HTTP also calls.
+
+    Every answer goes only under the asker's own inbox: a daemon's
+    (:func:`~lakeshore.bus.subjects.daemon_inbox`, the worker its subject names) or the
+    producers' of the token its body carries (:func:`~lakeshore.bus.subjects.producer_inboxes`).
+    Anything else is dropped before it is acted on (:mod:`lakeshore.security.replies`).
 
     Args:
         bus: where it subscribes (the control plane's connection).
         access: who may act on what.
         jobs: the submit workflow.
         fleet: worker registration and heartbeats.
+        steered: counts and logs the dropped requests.
     """
 
     def __init__(
-        self, bus: NatsBus, *, access: Access, jobs: JobService, fleet: FleetService
+        self,
+        bus: NatsBus,
+        *,
+        access: Access,
+        jobs: JobService,
+        fleet: FleetService,
+        steered: SteeredReplies | None = None,
     ) -> None:
         self._bus, self._access, self._jobs, self._fleet = bus, access, jobs, fleet
+        self._steered = steered or SteeredReplies()
         self._subs: list[Any] = []
 
     async def start(self) -> None:
@@ -62,78 +110,124 @@ class Gateway:
         # status) waits for its row to be logged and committed, a submit to a full
         # ``block`` queue or a result wait may wait long; a fleet registering at once must
         # not queue behind each other's commits (the registry batches their writes).
-        for subject, handler in (
-            (subjects.register_wildcard(), self._register),
-            (subjects.heartbeat_wildcard(), self._heartbeat),
-            (subjects.submit_wildcard(), self._submit),
-            (subjects.result_wait_wildcard(), self._result),
-        ):
-            answer = _answering(handler, self._bus.max_payload)
-            self._subs.append(await self._bus.respond(subject, answer, concurrent=True))
+        handlers: dict[str, Callable[[str, Any, str], Awaitable[Any]]] = {
+            "register": self._register,
+            "heartbeat": self._heartbeat,
+            "held": self._held,
+            "submit": self._submit,
+            "result": self._result,
+        }
+        for route in ROUTES:
+            daemons = route.asker == DAEMON
+            answer = _answering(route, handlers[route.name], self._steered, self._bus.max_payload)
+            self._subs.append(
+                await self._bus.respond(
+                    route.wildcard,
+                    answer,
+                    replies_under=subjects.DAEMON_INBOXES if daemons else subjects.PRODUCER_INBOXES,
+                    steered=functools.partial(self._drop, route),
+                    concurrent=True,
+                )
+            )
+
+    def _drop(self, route: Route, subject: str, reply: str) -> None:
+        who = f"a {route.asker}"
+        if route.asker == DAEMON:
+            who, _ = asker_inbox(route, subject, None)
+        self._steered.drop(route.name, who, subject, reply)
 
     async def stop(self) -> None:
         for sub in self._subs:
             await sub.unsubscribe()
         self._subs.clear()
 
-    async def _register(self, subject: str, data: bytes) -> Any:
+    async def _register(self, subject: str, reg: WorkerRegister, reply: str) -> Any:
         _, ns, _, worker_id = subject.split(".")
-        reg = codec.decode(data, WorkerRegister)
         if (reg.namespace, reg.id) != (ns, worker_id):
             raise Forbidden(f"register on {subject} speaks for {reg.namespace}/{reg.id}")
         if await self._access.namespace(ns) is None:
             raise NamespaceNotFound(ns)
         return await self._fleet.register(reg)
 
-    async def _heartbeat(self, subject: str, data: bytes) -> Any:
+    async def _heartbeat(self, subject: str, hb: Heartbeat, reply: str) -> Any:
         _, ns, _, worker_id = subject.split(".")
-        hb = codec.decode(data, Heartbeat)
         if (hb.namespace, hb.worker_id) != (ns, worker_id):
             raise Forbidden(f"heartbeat on {subject} speaks for {hb.namespace}/{hb.worker_id}")
         return await self._fleet.heartbeat(hb)
 
-    async def _submit(self, subject: str, data: bytes) -> Any:
+    async def _held(self, subject: str, ask: HeldAsk, reply: str) -> Any:
+        _, ns, _, _ = subject.split(".")
+        if ask.namespace != ns:
+            raise Forbidden(f"held on {subject} asks of namespace {ask.namespace}")
+        return await self._jobs.holder(ns, ask.invocation_id, ask.epoch)
+
+    async def _submit(self, subject: str, body: FastSubmit, reply: str) -> Any:
         _, ns, _, queue = subject.split(".")
-        body = codec.decode(data, FastSubmit)
-        caller = await self._caller(body.token, ns)
+        caller = await self._access.identify(f"Bearer {body.token}")
+        await self._access.authorize(caller, ns)
         return await self._jobs.submit(
             ns, queue, body.invocations, actor=caller.token_id, wait_s=body.wait_s
         )
 
-    async def _result(self, subject: str, data: bytes) -> Any:
+    async def _result(self, subject: str, body: FastResult, reply: str) -> Any:
         _, ns, _, job_id = subject.split(".")
-        body = codec.decode(data, FastResult)
-        await self._caller(body.token, ns)
-        return await self._jobs.result(ns, job_id, body.wait_s)
+        namespace = await self._caller(body.token, ns)
+        # A producer's reply is ``_INBOX.p.<tag>.<nonce>.<id>``: the connection is its nonce.
+        connection = ".".join(reply.split(".")[:4])
+        return await self._jobs.result(
+            ns, job_id, body.wait_s, org=namespace.org, asker=f"connection {connection}"
+        )
 
-    async def _caller(self, token: str, ns: str) -> Caller:
-        """Who the request's token is, once allowed to act on ``ns`` (as over HTTP)."""
+    async def _caller(self, token: str, ns: str) -> Namespace:
+        """``ns``, once the request's token may act on it (as over HTTP)."""
         caller = await self._access.identify(f"Bearer {token}")
-        await self._access.authorize(caller, ns)
-        return caller
+        return await self._access.authorize(caller, ns)
+
+
+def asker_inbox(route: Route, subject: str, body: Any) -> tuple[str, str]:
+    """``(who, inbox)``: who asks on ``subject`` with ``body``, and the inbox prefix its
+    answer must lie under."""
+    if route.asker == DAEMON:
+        _, ns, _, worker_id = subject.split(".")
+        return f"daemon {ns}/{worker_id}", subjects.daemon_inbox(ns, worker_id)
+    tag = grants.inbox_tag(body.token)
+    return f"the producers of token digest {tag}", subjects.producer_inboxes(tag)
 
 
 def _answering(
-    handler: Callable[[str, bytes], Awaitable[Any]], max_payload: int
-) -> Callable[[str, bytes], Awaitable[bytes]]:
-    async def answer(subject: str, data: bytes) -> bytes:
+    route: Route,
+    handle: Callable[[str, Any, str], Awaitable[Any]],
+    steered: SteeredReplies,
+    max_payload: int,
+) -> Callable[[str, bytes, str], Awaitable[bytes | None]]:
+    async def answer(subject: str, data: bytes, reply: str) -> bytes | None:
         try:
-            encoded = codec.encode(await handler(subject, data))
-            if len(encoded) > max_payload:
-                raise TooLarge(
-                    f"the answer on {subject} ({len(encoded)} bytes) is larger than NATS takes "
-                    f"({max_payload}); ask over HTTP"
-                )
-            return encoded
-        except LakeshoreError as e:
-            err: LakeshoreError = e
+            body = codec.decode(data, route.body)
         except (msgspec.ValidationError, msgspec.DecodeError) as e:
-            err = Invalid(f"invalid request on {subject}: {e}")
+            err: LakeshoreError = Invalid(f"invalid request on {subject}: {e}")
         except RecursionError:
             err = Invalid(f"invalid request on {subject}: JSON nested too deeply")
-        except Exception:
-            log.exception("unhandled error answering %s", subject)
-            err = Internal("internal error; the server log has the details")
+        else:
+            who, inbox = asker_inbox(route, subject, body)
+            if not subjects.under(reply, inbox):
+                steered.drop(route.name, who, subject, reply)
+                return None
+            try:
+                encoded = codec.encode(await handle(subject, body, reply))
+                if len(encoded) > max_payload:
+                    raise TooLarge(
+                        f"the answer on {subject} ({len(encoded)} bytes) is larger than NATS "
+                        f"takes ({max_payload}); ask over HTTP"
+                    )
+                return encoded
+            except LakeshoreError as e:
+                err = e
+            except Exception:
+                log.exception("unhandled error answering %s", subject)
+                err = Internal("internal error; the server log has the details")
+        # An undecodable request names no asker: its error goes to an inbox of the route's
+        # kind of client (``respond`` checked that much), where only a client that knows the
+        # inbox's random part could read it.
         return codec.encode(ErrorBody(ErrorDetail(err.code, err.message)))
 
     return answer

@@ -42,6 +42,7 @@ from lakeshore.errors import LakeshoreError, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.gateway import Gateway
 from lakeshore.http.app import make_app
+from lakeshore.http.deadlines import GuardedRunner, ReadTimeouts
 from lakeshore.http.doors import Doors
 from lakeshore.http.metrics import scrape_app
 from lakeshore.http.standby import leading_middleware, standby_app
@@ -52,13 +53,21 @@ from lakeshore.providers.slurm import SlurmProvider
 from lakeshore.providers.ssh import SshProvider
 from lakeshore.replica.identity import LeaderUrl, advertised_api, read_replica_id
 from lakeshore.replica.projector import LeaderWrites, Projector, StandbyWrites, seed
-from lakeshore.security.callout import CALLOUT_GROUP, CALLOUT_SUBJECT, Callout, Identities
+from lakeshore.security.callout import (
+    CALLOUT_GROUP,
+    CALLOUT_REPLIES,
+    CALLOUT_SUBJECT,
+    Callout,
+    Identities,
+)
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import PlaneNats, start_nats
+from lakeshore.security.replies import SteeredReplies
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
+from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
 from lakeshore.store.images import EVENTS_LOG
 
@@ -147,7 +156,10 @@ class ControlPlane:
         self.api = ""
         #: the ``metrics_port`` listener's ``/metrics`` URL (empty: none)
         self.metrics_url = ""
-        self._stack = contextlib.AsyncExitStack()
+        # Every step of a stop is bounded (a NATS that is gone must not hold it), by a
+        # part of ``stop_timeout_s`` when that is short.
+        self._step_s = min(STEP_S, settings.stop_timeout_s / 2)
+        self._stack = StopStack(self._step_s)
         self._replica: Replica | None = None
         self._parts: Parts | None = None
         self._term: contextlib.AsyncExitStack | None = None
@@ -319,7 +331,7 @@ class ControlPlane:
         # commits only.
         await replica.projector.catch_up(fence, timeout_s=CATCH_UP_TIMEOUT_S)
         replica.store.write_through(LeaderWrites(replica.state, replica.projector))
-        term = contextlib.AsyncExitStack()
+        term = StopStack(self._step_s)
         try:
             await seed(replica.store, replica.state)
             parts = await self._build_term(term, epoch)
@@ -365,8 +377,11 @@ class ControlPlane:
 
     async def _stop_roles(self, roles: asyncio.Task[None]) -> None:
         roles.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await roles
+        # Bounded: a takeover waiting in a nats-py call may drop the cancellation (one that
+        # lands with an answer); the term is ended all the same.
+        _, pending = await asyncio.wait({roles}, timeout=self._step_s / 3)
+        if pending:
+            log.warning("stopping: the change of role in progress did not end; going on")
         await self._follow("the control plane stops", still_leading=True)
 
     async def _build_term(self, stack: contextlib.AsyncExitStack, epoch: int) -> Parts:
@@ -375,7 +390,7 @@ class ControlPlane:
         replica = self.replica
         store, bus, events, nats = replica.store, replica.bus, replica.events, replica.nats
         faults = Faults(settings.fault_points)
-        gate = Access(store)
+        gate = Access(store, quotas=settings.quotas)
         created = await gate.bootstrap()
         if created is not None:
             self.admin_token = created
@@ -401,7 +416,10 @@ class ControlPlane:
         beat_s = settings.heartbeat_s
         providers: dict[ProviderKind, Backend] = {
             ProviderKind.LOCAL: LocalProvider(
-                self.data_dir / "daemons", on_exit, heartbeat_s=beat_s
+                self.data_dir / "daemons",
+                on_exit,
+                heartbeat_s=beat_s,
+                orphan_after_s=settings.local_orphan_after_s,
             ),
             ProviderKind.EXTERNAL: ExternalProvider(),
             ProviderKind.SSH: SshProvider(on_exit, on_placed, heartbeat_s=beat_s),
@@ -470,7 +488,13 @@ class ControlPlane:
             backup=BackupService(store=store, events=events, streams=(EVENTS_STREAM, STATE_STREAM)),
             replica=lambda: (epoch, replica.store.state_position),
         )
-        gateway = Gateway(bus, access=gate, jobs=services.jobs, fleet=services.fleet)
+        gateway = Gateway(
+            bus,
+            access=gate,
+            jobs=services.jobs,
+            fleet=services.fleet,
+            steered=SteeredReplies(count=metrics.gateway.dropped),
+        )
         await gateway.start()
         # Unwound in reverse: the controller decides nothing more (it would replace the
         # daemons stopped next), then the daemons started here stop while the gateway still
@@ -490,7 +514,8 @@ class ControlPlane:
         """Serve the HTTP API (the whole API while leading, ``503 not_leader`` otherwise);
         returns its base URL (the real port when 0 was asked)."""
         settings = self.settings
-        doors = Doors(settings.host, settings.port, lambda: self._app)
+        timeouts = ReadTimeouts(settings.http_header_timeout_s, settings.http_body_timeout_s)
+        doors = Doors(settings.host, settings.port, lambda: self._app, timeouts=timeouts)
         self._stack.push_async_callback(doors.close)
         self._doors = doors
         await doors.refresh()
@@ -503,7 +528,11 @@ class ControlPlane:
 
     async def _serve_metrics(self, metrics: PlaneMetrics) -> str:
         """The ``metrics_port`` listener (no token); returns its ``/metrics`` URL."""
-        runner = web.AppRunner(scrape_app(metrics), handle_signals=False, access_log=None)
+        s = self.settings
+        timeouts = ReadTimeouts(s.http_header_timeout_s, s.http_body_timeout_s)
+        runner = GuardedRunner(
+            scrape_app(metrics), timeouts=timeouts, handle_signals=False, access_log=None
+        )
         await runner.setup()
         self._stack.push_async_callback(runner.cleanup)
         host = self.settings.metrics_host
@@ -532,8 +561,12 @@ class ControlPlane:
         return path
 
     async def stop(self) -> None:
-        """Stop everything started, in reverse order; a second call does nothing."""
-        stack, self._stack = self._stack, contextlib.AsyncExitStack()
+        """Stop everything started, in reverse order; a second call does nothing.
+
+        Each step is bounded and its failure logged (:class:`~lakeshore.shutdown.StopStack`):
+        a stop goes through every step whatever state NATS is in.
+        """
+        stack, self._stack = self._stack, StopStack(self._step_s)
         await stack.aclose()
 
 
@@ -557,7 +590,13 @@ async def _close_the_bus(
 
     identities = Identities(daemons, gate, queues_of)
     callout = await bus.respond(
-        CALLOUT_SUBJECT, Callout(issuer, identities).answer, group=CALLOUT_GROUP
+        CALLOUT_SUBJECT,
+        Callout(issuer, identities).answer,
+        replies_under=CALLOUT_REPLIES,
+        steered=lambda subject, reply: log.warning(
+            "auth callout request with a reply outside the server's inboxes: dropped"
+        ),
+        group=CALLOUT_GROUP,
     )
     stack.push_async_callback(callout.unsubscribe)
     system = await connect_nats(nats.url, name="lakeshore-sys", login=nats.login(system=True))

@@ -9,11 +9,15 @@ and runs before anything is changed: over a quota it raises
 =========================  ==============================================================
 quota                      checked by
 =========================  ==============================================================
+namespaces_per_org         Access, on namespace creation (``POST /v1/namespaces``, and a
+                           provider route's write in an unknown namespace)
 queues_per_namespace       QueueDirectory, on queue creation
 daemons_per_org            WorkerRegistry, on registration and on a launch's rows
 local_daemons_per_host     Launcher, on a launch on a ``local`` provider
 pending_per_org            JobService's pending tally, on submit
 elasticity_max             QueueDirectory (create) and QueueActor (patch)
+result_waits_per_org       JobService's open waits (``services/waits.py``), on a result wait
+result_waits_per_asker     the same, per token (HTTP) or NATS connection
 =========================  ==============================================================
 """
 
@@ -42,6 +46,8 @@ class Quotas(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
     queues_per_namespace: Count = 10_000
     """Most queues a namespace may have besides its ``default`` one."""
+    namespaces_per_org: Count = 1_000
+    """Most namespaces an org may have (namespaces are never deleted)."""
     daemons_per_org: Count = 1_000
     """Most daemons an org may have starting or running at once, whoever started them
     (lost and stopped ones do not count)."""
@@ -52,6 +58,10 @@ class Quotas(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Most invocations an org may have waiting in its queues (stored, not yet claimed)."""
     elasticity_max: Annotated[int, Meta(ge=0, le=MAX_FLEET)] = 100
     """Highest ``elasticity.max`` a queue may be created or patched with."""
+    result_waits_per_org: Count = 1_000
+    """Most result waits (``wait_s`` > 0, over HTTP and NATS) an org may hold open at once."""
+    result_waits_per_asker: Count = 500
+    """Most result waits one token over HTTP, or one NATS connection, may hold open at once."""
 
 
 #: The defaults, for the actors and services built without the server's settings (tests).
@@ -76,6 +86,21 @@ def check_queues(quotas: Quotas, namespace: str, have: int) -> None:
             quotas.queues_per_namespace,
             f"namespace {namespace!r} has {have} queue(s) besides default",
             "delete one (`lakeshore queues rm NAME`), or ",
+        )
+
+
+def check_namespaces(quotas: Quotas, org: str, have: int) -> None:
+    """Room for one more namespace in ``org``, which has ``have``.
+
+    Raises:
+        QuotaExceeded: ``namespaces_per_org``.
+    """
+    if have + 1 > quotas.namespaces_per_org:
+        raise QuotaExceeded(
+            "namespaces_per_org",
+            quotas.namespaces_per_org,
+            f"org {org!r} has {have} namespace(s)",
+            "use one of them (`lakeshore namespaces ls`; namespaces cannot be deleted), or ",
         )
 
 

@@ -11,18 +11,22 @@ minted as the control plane's providers do (:func:`daemon_env`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import secrets as secrets_module
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 
 from lakeshore.actors.workers import new_worker_id
+from lakeshore.bus import subjects
 from lakeshore.bus.connection import new_client
 from lakeshore.model import DaemonAccess
 from lakeshore.providers.local import daemon_env as provider_env
-from lakeshore.security import serverauth
+from lakeshore.security import grants, serverauth
 from lakeshore.security.issuing import PLANE_TOKEN, DaemonAccessIssuer
 from lakeshore.security.natsd import SECRETS_FILE, ClusterFiles, write_cluster_files
 from lakeshore.security.serverauth import NatsSecrets
@@ -82,6 +86,34 @@ async def plane_nats(
     nc = new_client()
     await nc.connect(servers, nkeys_seed_str=found.plane_seed, **options)
     return nc
+
+
+def asker_inbox(subject: str, body: Any = None) -> str:
+    """The inbox the gateway answers a request on ``subject`` under: the daemon's its
+    subject names, or the producers' of the token ``body`` carries."""
+    _, ns, kind, who = subject.split(".")
+    if kind in ("submit", "result"):
+        return subjects.producer_inboxes(grants.inbox_tag(body.token))
+    return subjects.daemon_inbox(ns, who)
+
+
+async def ask(
+    nc: NatsClient, subject: str, data: bytes, *, inbox: str, timeout: float = 5.0
+) -> Msg:
+    """A request from a control-plane connection with its reply under ``inbox`` (the
+    gateway answers a request nowhere but under the asker's own inbox).
+
+    Raises:
+        nats.errors.TimeoutError: no answer within ``timeout``.
+    """
+    reply = f"{inbox}.{secrets_module.token_hex(8)}"
+    sub = await nc.subscribe(reply, max_msgs=1)
+    try:
+        await nc.publish(subject, data, reply=reply)
+        return await sub.next_msg(timeout)
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 def daemon_access(

@@ -14,12 +14,16 @@ import nats
 import natsauth
 import pytest
 
+from lakeshore import access
 from lakeshore.embedded import (
+    KNOWN_USERS,
     MIN_NATS_VERSION,
+    TOKEN_PREFIX,
     NatsServer,
     check_version,
     find_nats_server,
     parse_version,
+    redact,
     server_version,
 )
 from lakeshore.errors import Invalid, NatsPortInUse, NatsTooOld, Unavailable
@@ -327,3 +331,38 @@ async def test_a_server_silent_for_the_ready_timeout_is_given_up(tmp_path: Path)
     with pytest.raises(Unavailable, match=r"not ready within 0.5 s of its last output"):
         await server.start()
     _assert_pid_gone(server.pid)
+
+
+_SECRET = "lsk_Zq3-x_9sEcReT0123456789abcdefABCDEF0123456"
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (
+            f'[ERR] 127.0.0.1:5 - cid:6 - authentication error - User "{_SECRET}"',
+            'User "[redacted]"',
+        ),
+        ('[ERR] 127.0.0.1:5 - cid:6 - authentication error - User "daemon"', 'User "daemon"'),
+        (f'authentication error - User "producer/{_SECRET}"', 'User "producer/[redacted]"'),
+        (f'authentication error - User "x\\"{_SECRET}\\" y"', 'User "[redacted]"'),
+        (f'<<- [CONNECT {{"user":"{_SECRET}","pass":"[REDACTED]"}}]', '"user":"[redacted]"'),
+        (f"a token anywhere else: {_SECRET}.", "a token anywhere else: lsk_[redacted]."),
+    ],
+    ids=["token-as-user", "daemon", "token-as-nonce", "quotes-inside", "trace", "token-alone"],
+)
+def test_a_servers_line_keeps_no_user_name_but_a_role_and_no_token(line: str, shown: str) -> None:
+    redacted = redact(line)
+    assert shown in redacted and _SECRET not in redacted and "Zq3" not in redacted
+
+
+def test_a_line_without_secrets_is_kept_as_it_is() -> None:
+    line = "[INF] Listening for client connections on 127.0.0.1:4222"
+    assert redact(line) == line
+
+
+def test_the_redaction_knows_lakeshores_token_prefix_and_user_names() -> None:
+    from lakeshore.security.grants import DAEMON_USER, PRODUCER_USER
+
+    assert TOKEN_PREFIX == access.TOKEN_PREFIX
+    assert KNOWN_USERS == {DAEMON_USER, PRODUCER_USER}

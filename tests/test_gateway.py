@@ -7,12 +7,12 @@ import asyncio
 
 import msgspec
 import pytest_asyncio
-from natsauth import plane_nats
+from natsauth import ask, asker_inbox, plane_nats
 from polling import eventually
 
 from lakeshore.actors.workers import new_worker_id
 from lakeshore.bus import codec, subjects
-from lakeshore.gateway import _answering
+from lakeshore.gateway import DAEMON, Route, _answering
 from lakeshore.model import (
     ErrorBody,
     FastResult,
@@ -28,6 +28,7 @@ from lakeshore.model import (
     WorkerStatus,
     now,
 )
+from lakeshore.security.replies import SteeredReplies
 
 
 @pytest_asyncio.fixture
@@ -38,7 +39,7 @@ async def nc(nats_server):
 
 
 async def _request(nc, subject: str, body, answer_type):
-    reply = await nc.request(subject, codec.encode(body), timeout=5)
+    reply = await ask(nc, subject, codec.encode(body), inbox=asker_inbox(subject, body))
     try:
         return codec.decode(reply.data, answer_type)
     except msgspec.ValidationError:
@@ -139,7 +140,7 @@ async def test_fast_submit_over_nats(api, nc, control_plane):
     bad = FastSubmit(token="lsk_nope", invocations=[InvocationSubmit(fn="m:f")])
     answer = await _request(nc, subject, bad, SubmitAnswer)
     assert isinstance(answer, ErrorBody) and answer.error.code == "unauthorized"
-    reply = await nc.request(subject, b"{not json", timeout=5)
+    reply = await ask(nc, subject, b"{not json", inbox=subjects.PRODUCER_INBOXES + ".x")
     assert codec.decode(reply.data, ErrorBody).error.code == "invalid"
 
 
@@ -150,7 +151,8 @@ async def test_a_result_wait_is_held_and_answers_while_other_requests_go_on(api,
     [job_id] = (await _request(nc, subjects.submit_subject("default", "q"), body, SubmitAnswer)).ids
     wait = codec.encode(FastResult(token=token, wait_s=30))
     subject = subjects.result_wait_subject("default", job_id)
-    held = asyncio.create_task(nc.request(subject, wait, timeout=30))
+    inbox = asker_inbox(subject, FastResult(token=token))
+    held = asyncio.create_task(ask(nc, subject, wait, inbox=inbox, timeout=30))
     # Other requests are answered while the wait is held (one task per request).
     again = await _request(nc, subjects.submit_subject("default", "q"), body, SubmitAnswer)
     assert isinstance(again, SubmitAnswer) and not held.done()
@@ -165,9 +167,11 @@ async def test_a_result_wait_is_held_and_answers_while_other_requests_go_on(api,
 
 
 async def test_an_answer_larger_than_nats_takes_is_refused_with_too_large():
-    async def big(subject: str, data: bytes) -> dict[str, str]:
+    async def big(subject: str, body: object, reply: str) -> dict[str, str]:
         return {"value": "x" * 100}
 
-    answer = _answering(big, max_payload=50)
-    error = codec.decode(await answer("ls.default.result.j", b"{}"), ErrorBody).error
+    route = Route("big", "ls.*.hb.*", DAEMON, dict)
+    answer = _answering(route, big, SteeredReplies(), max_payload=50)
+    reply = subjects.daemon_inbox("default", "w") + ".1"
+    error = codec.decode(await answer("ls.default.hb.w", b"{}", reply), ErrorBody).error
     assert error.code == "too_large" and "ask over HTTP" in error.message

@@ -81,11 +81,19 @@ class Knows(Struct, frozen=True):
     id: str
 
 
+class Unfinished(Struct, frozen=True):
+    """Answered with the invocation's :class:`~lakeshore.fencing.Fence` while it is
+    unfinished (its claims say who holds which attempt), else ``None``: no store query."""
+
+    namespace: str
+    id: str
+
+
 class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
-RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | GetStats | Compact
+RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | Unfinished | GetStats | Compact
 
 
 class RecorderStats(Struct, frozen=True, kw_only=True):
@@ -187,6 +195,8 @@ class Recorder(Actor[RecorderMsg]):
                 return self._wait_recorded(self._fenced_seq)
             case Knows(namespace=ns, id=inv_id):
                 return (ns, inv_id) in self._unfinished or (ns, inv_id) in self._finished
+            case Unfinished(namespace=ns, id=inv_id):
+                return self._unfinished.get((ns, inv_id))
             case GetStats():
                 return self._stats()
             case Compact():

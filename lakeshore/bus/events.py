@@ -9,6 +9,7 @@ attempt's :class:`~lakeshore.model.Result` in the KV bucket ``LS_RESULTS`` under
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -42,6 +43,15 @@ log = logging.getLogger(__name__)
 EVENTS_MAX_AGE_S = 7 * 24 * 3600.0
 #: Results are kept this long in ``LS_RESULTS`` (seconds).
 RESULTS_TTL_S = 7 * 24 * 3600.0
+#: The settings of every stream a tenant publishes to (events, results): a daemon's
+#: publish with ``Nats-Rollup`` would otherwise empty every org's messages of the stream,
+#: and nobody purges or deletes single messages there (retention by age does). JetStream
+#: refuses to take ``deny_*`` back once set.
+TENANT_WRITTEN: dict[str, bool] = {
+    "allow_rollup_hdrs": False,
+    "deny_purge": True,
+    "deny_delete": True,
+}
 #: An event message fetched but not acked within this is redelivered (seconds).
 RECORDER_ACK_WAIT_S = 30.0
 #: Event messages the Recorder may hold unacked (far above one fetch).
@@ -72,6 +82,7 @@ async def ensure_events_stream(
         storage=StorageType.FILE,
         max_age=EVENTS_MAX_AGE_S,
         num_replicas=replicas,
+        **TENANT_WRITTEN,
     )
     try:
         await js.stream_info(cfg.name)
@@ -117,11 +128,13 @@ async def ensure_events_stream(
 
 
 async def ensure_results_bucket(js: JetStreamContext, *, replicas: int = 1) -> KeyValue:
-    """Bind ``LS_RESULTS``, creating it (history 1, 7 days TTL) when it does not exist."""
+    """Bind ``LS_RESULTS``, creating it (history 1, 7 days TTL) when it does not exist; its
+    stream takes no rollup and no purge (:data:`TENANT_WRITTEN`), a bucket made before
+    that included."""
     try:
-        return await js.key_value(subjects.RESULTS_BUCKET)
+        kv = await js.key_value(subjects.RESULTS_BUCKET)
     except jse.BucketNotFoundError:
-        return await js.create_key_value(
+        kv = await js.create_key_value(
             KeyValueConfig(
                 bucket=subjects.RESULTS_BUCKET,
                 history=1,
@@ -130,6 +143,11 @@ async def ensure_results_bucket(js: JetStreamContext, *, replicas: int = 1) -> K
                 replicas=replicas,
             )
         )
+    config = (await js.stream_info(subjects.RESULTS_STREAM)).config
+    if any(getattr(config, k) != v for k, v in TENANT_WRITTEN.items()):
+        # nats-py makes every bucket with rollups allowed (its own purge is one).
+        await js.update_stream(dataclasses.replace(config, **TENANT_WRITTEN))
+    return kv
 
 
 class EventFeed:

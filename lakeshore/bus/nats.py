@@ -318,26 +318,36 @@ class NatsBus:
     async def respond(
         self,
         subject: str,
-        handler: Callable[[str, bytes], Awaitable[bytes]],
+        handler: Callable[[str, bytes, str], Awaitable[bytes | None]],
         *,
+        replies_under: str,
+        steered: Callable[[str, str], None],
         group: str = "",
         concurrent: bool = False,
     ) -> Subscription:
-        """Answer requests on ``subject`` (wildcards allowed) with ``handler(subject, data)``.
+        """Answer requests on ``subject`` (wildcards allowed) with
+        ``handler(subject, data, reply)``; its ``None`` answers nothing.
 
-        A handler must not raise (it answers errors). Requests are handled one after the
-        other, or each in its own task with ``concurrent`` (for requests that may wait, such
-        as a result's long wait); :meth:`close` cancels those still running. With ``group``,
-        one member of the queue group answers each request.
+        The requester chooses the reply subject and this connection may publish anywhere,
+        so an answer goes only below ``replies_under`` (the inboxes of the kind of client
+        that asks): any other request is dropped before the handler sees it, with
+        ``steered(subject, reply)``. A handler must not raise (it answers errors). Requests
+        are handled one after the other, or each in its own task with ``concurrent`` (for
+        requests that may wait, such as a result's long wait); :meth:`close` cancels those
+        still running. With ``group``, one member of the queue group answers each request.
         """
 
         async def answer(msg: Msg) -> None:
-            reply = await handler(msg.subject, msg.data)
-            if msg.reply:
-                try:
-                    await msg.respond(reply)
-                except nats.errors.Error as e:  # the asker is gone, or NATS is
-                    log.debug("no answer on %s: %s", msg.subject, e)
+            if not subjects.under(msg.reply, replies_under):
+                steered(msg.subject, msg.reply)
+                return
+            reply = await handler(msg.subject, msg.data, msg.reply)
+            if reply is None:
+                return
+            try:
+                await self._nc.publish(msg.reply, reply)
+            except nats.errors.Error as e:  # the asker is gone, or NATS is
+                log.debug("no answer on %s: %s", msg.subject, e)
 
         async def on_msg(msg: Msg) -> None:
             if not concurrent:

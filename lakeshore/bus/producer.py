@@ -3,8 +3,9 @@
 A producer logs in as ``producer/<nonce>`` with its Lakeshore token as the password (the
 control plane's auth callout checks it) and may then only ask the control plane's gateway
 to submit to, and wait for results in, its org's namespaces; answers come back on its own
-inbox (``_INBOX.p.<nonce>``). Each request is one NATS round trip to the gateway, which
-runs the same services as the HTTP routes.
+inbox (``_INBOX.p.<tag>.<nonce>``, ``<tag>`` a digest of the token: the gateway answers
+nowhere else). Each request is one NATS round trip to the gateway, which runs the same
+services as the HTTP routes.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class ProducerBus:
             user=f"{grants.PRODUCER_USER}{grants.NAME_SEPARATOR}{nonce}",
             password=token,
             tls=None if ca_pem is None else client_ssl_context(ca_pem),
-            inbox_prefix=grants.producer_inbox(nonce),
+            inbox_prefix=subjects.producer_inbox(grants.inbox_tag(token), nonce),
         )
         denials = Denials()
         nc = await connect_nats(nats_url, name=name, login=login, on_error=denials.heard)

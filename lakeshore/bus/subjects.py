@@ -11,6 +11,35 @@ EVENTS_STREAM = "LS_EVENTS"
 EVENTS_SUBJECTS = "ls.*.evt.>"
 
 
+#: The root of every connection's reply subjects (nats-py's ``inbox_prefix`` lies under it).
+INBOX_ROOT = "_INBOX"
+#: Under it, every daemon's inbox, and every producer's.
+DAEMON_INBOXES = f"{INBOX_ROOT}.d"
+PRODUCER_INBOXES = f"{INBOX_ROOT}.p"
+
+
+def daemon_inbox(namespace: str, worker_id: str) -> str:
+    """The inbox prefix of a daemon's connection (its replies arrive under it)."""
+    return f"{DAEMON_INBOXES}.{namespace}.{worker_id}"
+
+
+def producer_inboxes(tag: str) -> str:
+    """The prefix of every inbox of the producers that log in with one token (``tag``: the
+    token's :func:`~lakeshore.security.grants.inbox_tag`)."""
+    return f"{PRODUCER_INBOXES}.{tag}"
+
+
+def producer_inbox(tag: str, nonce: str) -> str:
+    """The inbox prefix of one producer's connection, named by the nonce it connects with."""
+    return f"{producer_inboxes(tag)}.{nonce}"
+
+
+def under(subject: str, prefix: str) -> bool:
+    """Whether ``subject`` lies below ``prefix`` (a whole-token prefix, never ``prefix``
+    itself)."""
+    return subject.startswith(prefix + ".")
+
+
 def queue_stream(namespace: str, queue: str) -> str:
     """The WorkQueue stream that holds a queue's pending and in-flight invocations."""
     return f"LS_{namespace}_{queue}"
@@ -72,6 +101,17 @@ def heartbeat_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.hb.{worker_id}"
 
 
+def held_wildcard() -> str:
+    return "ls.*.held.*"
+
+
+def held_subject(namespace: str, worker_id: str) -> str:
+    """Request/reply: before running a redelivered invocation, a daemon asks whether an
+    earlier attempt is still held by a live daemon (``HeldAsk`` → ``HeldAnswer``): a
+    peer's NAK must not make a job run twice at once."""
+    return f"ls.{namespace}.held.{worker_id}"
+
+
 #: The publisher token of the events the control plane itself publishes (not a valid
 #: worker id, so no daemon can publish as the control plane).
 PLANE_PUBLISHER = "_plane"
@@ -89,6 +129,8 @@ def daemon_control_subject(namespace: str, worker_id: str) -> str:
 
 #: KV bucket with invocation results.
 RESULTS_BUCKET = "LS_RESULTS"
+#: The JetStream stream behind it.
+RESULTS_STREAM = f"KV_{RESULTS_BUCKET}"
 #: Durable consumer of the events stream that the Recorder pulls from.
 RECORDER_CONSUMER = "recorder"
 

@@ -45,6 +45,8 @@ from lakeshore.model import (
     EventBatch,
     Heartbeat,
     HeartbeatReply,
+    HeldAnswer,
+    HeldAsk,
     Result,
     Worker,
     WorkerRegister,
@@ -54,7 +56,7 @@ from lakeshore.security.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Msg", "QueueLayout", "Subscriptions", "WorkBus"]
+__all__ = ["Msg", "QueueLayout", "Refusals", "Subscriptions", "WorkBus"]
 
 _T = TypeVar("_T")
 _NATS_ERRORS = (nats.errors.Error, jse.Error, TimeoutError, OSError)
@@ -91,6 +93,36 @@ class Subscriptions:
         self._subs = []
 
 
+class Refusals:
+    """The server's refusals of the daemon's credentials, counted in a row.
+
+    A refused reconnect is reported as an ``Authorization Violation``; an answered request
+    in between starts the count again. The server says the same when the auth callout is
+    not answered in time (the control plane restarting), so a count is a reason to look
+    closer, not a verdict (:mod:`lakeshore.daemon.refusal`).
+    """
+
+    _REFUSAL = "authorization violation"
+
+    def __init__(self) -> None:
+        self.in_row = 0
+        self._heard = asyncio.Event()
+
+    def heard(self, error: Exception) -> None:
+        if self._REFUSAL in str(error).lower():
+            self.in_row += 1
+            self._heard.set()
+
+    def reset(self) -> None:
+        self.in_row = 0
+
+    async def wait(self, times: int) -> None:
+        """Return once the server refused ``times`` times in a row."""
+        while self.in_row < times:
+            self._heard.clear()
+            await self._heard.wait()
+
+
 class WorkBus:
     """The daemon's NATS connection. Build it with :meth:`connect`; one claim at a time."""
 
@@ -104,6 +136,7 @@ class WorkBus:
         self._claim_lock = asyncio.Lock()
         self._inbox: tuple[str, Subscription] | None = None
         self.denials = Denials()
+        self.refusals = Refusals()
 
     @classmethod
     async def connect(
@@ -130,13 +163,18 @@ class WorkBus:
             user=grants.DAEMON_USER,
             password=password,
             tls=None if access.ca_pem is None else client_ssl_context(access.ca_pem),
-            inbox_prefix=grants.daemon_inbox(access.namespace, access.worker_id),
+            inbox_prefix=subjects.daemon_inbox(access.namespace, access.worker_id),
         )
-        denials = Denials()
-        nc = await connect_nats(access.nats_url, name=name, login=login, on_error=denials.heard)
+        denials, refusals = Denials(), Refusals()
+
+        def heard(error: Exception) -> None:
+            denials.heard(error)
+            refusals.heard(error)
+
+        nc = await connect_nats(access.nats_url, name=name, login=login, on_error=heard)
         js = nc.jetstream(timeout=request_timeout_s)
         bus = cls(nc, js, worker_id=access.worker_id, request_timeout_s=request_timeout_s)
-        bus.denials = denials
+        bus.denials, bus.refusals = denials, refusals
         return bus
 
     async def close(self) -> None:
@@ -147,7 +185,13 @@ class WorkBus:
                     await self._nc.drain()
             except _NATS_ERRORS as e:
                 log.warning("nats: closing without drain: %s", e)
-                await self._nc.close()
+                try:
+                    async with asyncio.timeout(self._timeout_s):
+                        await self._nc.close()
+                except _NATS_ERRORS as e:
+                    # A server that is gone: what was still buffered is lost (unsent acks
+                    # mean redeliveries, which the Recorder fences).
+                    log.warning("nats: closed without flushing: %r", e)
 
     # ---- claiming ------------------------------------------------------------------------
 
@@ -333,11 +377,22 @@ class WorkBus:
         subject = subjects.heartbeat_subject(hb.namespace, hb.worker_id)
         return await self._request(subject, hb, HeartbeatReply)
 
+    async def held(self, ask: HeldAsk) -> HeldAnswer:
+        """Whether an earlier attempt of a redelivered invocation is still held.
+
+        Raises:
+            LakeshoreError: the control plane's refusal.
+            Unavailable: no control plane answered.
+        """
+        subject = subjects.held_subject(ask.namespace, self._worker_id)
+        return await self._request(subject, ask, HeldAnswer)
+
     async def _request(self, subject: str, body: object, answer: type[_T]) -> _T:
         try:
             reply = await self._nc.request(subject, codec.encode(body), timeout=self._timeout_s)
         except _NATS_ERRORS as e:
             raise Unavailable(f"no answer on {subject}: {e!r}") from e
+        self.refusals.reset()  # connected and answered: a refusal before was not final
         try:
             err = codec.decode(reply.data, _MaybeError).error
             if err is not None:

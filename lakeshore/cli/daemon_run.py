@@ -4,6 +4,11 @@ A daemon asks the API once how to join (``POST …/daemons/join`` with its token
 URL, its worker id, a short-lived credential and the CA), then talks only to NATS. A daemon
 the control plane starts itself (the ``local`` provider) is handed its credential in
 ``LAKESHORE_NATS_CREDENTIAL`` instead and never calls the API.
+
+The token is best given in ``LAKESHORE_TOKEN`` (or the config file): ``--token`` puts it on
+the command line, which every user of the machine can read (``ps``). A daemon that joined
+with a token asks the API about it once NATS keeps refusing the daemon, and exits with
+:data:`~lakeshore.cli.exits.REFUSED` when it was revoked (:mod:`lakeshore.daemon.refusal`).
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import click
 import msgspec
 
+from lakeshore.cli import exits
 from lakeshore.cli.options import key_value_pairs
-from lakeshore.errors import LakeshoreError
+from lakeshore.errors import LakeshoreError, Unauthorized
 from lakeshore.model import DaemonAccess, validate_name
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
@@ -67,7 +74,8 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
 @click.option(
     "--token",
     default=None,
-    help="A token of the namespace's org [default: LAKESHORE_TOKEN or the config's].",
+    help="A token of the namespace's org [default: LAKESHORE_TOKEN or the config's]. "
+    "Prefer LAKESHORE_TOKEN=T: a command line is visible to every user of the machine (ps).",
 )
 @click.option(
     "--nats-url",
@@ -89,6 +97,13 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     default=30.0,
     show_default=True,
     help="Seconds the running invocations get after SIGTERM.",
+)
+@click.option(
+    "--orphan-after-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Retire (drain, then exit) once no heartbeat was answered this long: the control "
+    "plane that started this daemon is gone [default: wait for it for ever].",
 )
 @click.option("--provider", default="external", show_default=True, help="Who started this daemon.")
 @click.option(
@@ -127,6 +142,7 @@ def run(
     log_level: str,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    orphan_after_s: float | None = None,
 ) -> None:
     """Run a worker daemon: register, pull from its queues, run invocations.
 
@@ -138,7 +154,7 @@ def run(
 
     logs.configure(log_level)
     try:
-        access = _access(api, token, nats_url, namespace, worker_id)
+        access, token_live = _access(api, token, nats_url, namespace, worker_id)
         settings = DaemonSettings(
             access=access,
             name=validate_name("worker", name or _default_name()),
@@ -151,6 +167,7 @@ def run(
             drain_timeout_s=drain_timeout_s,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            orphan_after_s=orphan_after_s,
         )
         stop = asyncio.Event()
         # Neither the runs (commands: their environment; functions: this process's) nor
@@ -158,7 +175,14 @@ def run(
         for secret in (CREDENTIAL_ENV, CA_ENV):
             os.environ.pop(secret, None)
         environ = dict(os.environ)
-        code = asyncio.run(run_daemon(settings, stop, environ=environ, handle_signals=True))
+        daemon = run_daemon(
+            settings, stop, environ=environ, handle_signals=True, token_live=token_live
+        )
+        try:
+            code = asyncio.run(daemon)
+        except Unauthorized as e:  # refused for good: `token revoked: …`, says what to do
+            click.echo(e.message, err=True)
+            sys.exit(exits.REFUSED)
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)
         sys.exit(1)
@@ -177,9 +201,10 @@ def _access(
     nats_url: str | None,
     namespace: str | None,
     worker_id: str | None,
-) -> DaemonAccess:
+) -> tuple[DaemonAccess, Callable[[], Awaitable[bool | None]] | None]:
     """How this daemon joins: handed by the control plane that started it (its credential
-    in the environment), or asked of the API with a token."""
+    in the environment), or asked of the API with a token; and, with a token, how to ask
+    the API whether it is still live."""
     from lakeshore.config import load_client_settings
     from lakeshore.security.credentials import expires_at
 
@@ -190,7 +215,7 @@ def _access(
     if credential := os.environ.get(CREDENTIAL_ENV):
         if not (nats_url and worker_id):
             raise click.UsageError(f"{CREDENTIAL_ENV} needs --nats-url and --id")
-        return DaemonAccess(
+        handed = DaemonAccess(
             worker_id=validate_name("worker id", worker_id),
             namespace=ns,
             nats_url=nats_url,
@@ -198,14 +223,17 @@ def _access(
             expires_at=datetime.fromtimestamp(expires_at(credential), UTC),
             ca_pem=os.environ.get(CA_ENV) or None,
         )
+        return handed, None
     if conf.token is None:
         raise click.UsageError(
-            "a daemon joins with a token: pass --api URL --token T (or set LAKESHORE_API and "
-            "LAKESHORE_TOKEN); `lakeshore tokens create` makes one, `lakeshore server` "
-            "prints the admin token"
+            "a daemon joins with a token: set LAKESHORE_TOKEN (and pass --api URL or set "
+            "LAKESHORE_API); `lakeshore tokens create` makes one, `lakeshore server` prints "
+            "the admin token"
         )
     access = asyncio.run(_join(conf.api, conf.token, ns, worker_id))
-    return access if nats_url is None else msgspec.structs.replace(access, nats_url=nats_url)
+    if nats_url is not None:
+        access = msgspec.structs.replace(access, nats_url=nats_url)
+    return access, token_check(conf.api, conf.token, ns)
 
 
 async def _join(api: str, token: str, namespace: str, worker_id: str | None) -> DaemonAccess:
@@ -213,3 +241,33 @@ async def _join(api: str, token: str, namespace: str, worker_id: str | None) -> 
 
     async with Client(api, token, namespace) as client:
         return await client.daemons_join(worker_id)
+
+
+#: Bound of the API's answer on whether the token is live (seconds; no answer: not known).
+CHECK_TIMEOUT_S = 5.0
+
+
+def token_check(api: str, token: str, namespace: str) -> Callable[[], Awaitable[bool | None]]:
+    """Whether ``token`` is live, as the API answers an authenticated read (``GET
+    /v1/bus``): ``False`` on 401, ``None`` without an answer."""
+
+    async def live() -> bool | None:
+        from lakeshore.sdk import Client
+
+        try:
+            async with Client(
+                api,
+                token,
+                namespace,
+                timeout_s=CHECK_TIMEOUT_S,
+                failover_s=CHECK_TIMEOUT_S,
+                fast_path=False,
+            ) as client:
+                await client.bus_access()
+        except Unauthorized:
+            return False
+        except LakeshoreError:
+            return None
+        return True
+
+    return live

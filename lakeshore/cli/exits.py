@@ -1,7 +1,8 @@
 """Exit statuses of ``lakeshore`` and the one place an SDK error becomes one.
 
 The contract (spec/api.md, "CLI"): 0 on success, 1 on an API error with its message on
-stderr, 2 on a usage error (click's own). No traceback is ever printed for an API error.
+stderr, 2 on a usage error (click's own); and 3 when a running daemon is refused for good.
+No traceback is ever printed for an API error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ OK = 0
 API_ERROR = 1
 #: bad flags or arguments, reported by click with the command's usage
 USAGE = 2
+#: ``lakeshore daemon run`` only: NATS refuses the daemon for good — its token was
+#: revoked, or its credential expired — and it stopped (``token revoked: …`` on stderr);
+#: starting it again with the same token would be refused too
+REFUSED = 3
 
 
 def exit_code(err: LakeshoreError) -> int:

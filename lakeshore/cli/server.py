@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -96,13 +97,15 @@ def server(**flags: object) -> None:
     """Run the control plane: HTTP API, queue actors and (by default) an embedded NATS.
 
     The first start creates org and namespace `default` and an admin token, and writes
-    <data-dir>/config.toml, which the CLI and SDK on this machine read. Stop with Ctrl-C.
+    <data-dir>/config.toml, which the CLI and SDK on this machine read. Stop with Ctrl-C
+    (or SIGTERM): it stops within stop_timeout_s (30 s) whatever state NATS is in.
 
     Several servers given the same --nats-url (a JetStream cluster) are one control plane:
     one leads, the others stand by with their own copy of every row and take over within
     seconds when it is lost (docs/ha.md).
     """
     from lakeshore.config import load_server_settings
+    from lakeshore.shutdown import ExitDeadline
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -111,15 +114,18 @@ def server(**flags: object) -> None:
     logging.getLogger("asyncssh").setLevel(logging.WARNING)
     # Every file the server writes (store, WAL, logs, NATS store) is its user's alone.
     os.umask(0o077)
+    deadline = ExitDeadline()
     try:
         settings = load_server_settings(flags)
         refuse_a_store_in_use(settings.data_dir)
-        asyncio.run(_run(settings))
+        asyncio.run(_run(settings, deadline))
     except LakeshoreError as e:
         click.echo(f"error: {e.message}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         pass
+    finally:
+        deadline.cancel()
 
 
 def refuse_a_store_in_use(data_dir: Path) -> None:
@@ -148,7 +154,10 @@ def refuse_a_store_in_use(data_dir: Path) -> None:
         os.close(fd)  # and with it the probe's lock
 
 
-async def _run(settings) -> None:
+async def _run(settings, deadline) -> None:
+    """Run the control plane until SIGINT / SIGTERM, then stop it within
+    ``stop_timeout_s``: its steps are bounded, and ``deadline`` (armed as the stop begins)
+    ends the process if what is left does not end in time (asyncio's own cleanup too)."""
     from lakeshore.plane import ControlPlane
 
     plane = ControlPlane(settings)
@@ -156,7 +165,14 @@ async def _run(settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await plane.start()
+
+    def stopping() -> None:
+        deadline.arm(settings.stop_timeout_s, "the stop")
+
+    # A start waits for NATS as long as it takes to answer (a cluster that is down): a
+    # signal ends the wait (the start then stops what it had started).
+    if not await _started(plane, stop, stopping):
+        return
     try:
         api = await plane.serve()
         config = plane.write_client_config()
@@ -174,4 +190,25 @@ async def _run(settings) -> None:
         await stop.wait()
         click.echo("stopping …", err=True)
     finally:
+        stopping()
         await plane.stop()
+
+
+async def _started(plane, stop: asyncio.Event, stopping: Callable[[], None]) -> bool:
+    """``plane.start()``, unless ``stop`` is set first: then ``stopping()`` is called, the
+    start cancelled (it undoes itself) and the answer is ``False``."""
+    starting = asyncio.ensure_future(plane.start())
+    signalled = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        signalled.cancel()
+        if not starting.done():
+            stopping()
+            starting.cancel()
+        await asyncio.gather(starting, signalled, return_exceptions=True)
+    if starting.cancelled():
+        click.echo("stopped before the control plane had started", err=True)
+        return False
+    starting.result()
+    return True

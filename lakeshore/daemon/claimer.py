@@ -8,6 +8,11 @@ fill. Queues the controller leased to the daemon (steal grants) come after all o
 own, until their lease ends. A queue's kind is learnt once per membership from its
 consumers (``p9`` exists only on priority queues) and forgotten when membership changes or
 the queue disappears.
+
+A claimed message is run only if the invocation it carries belongs to the stream it came
+from: one naming another namespace or queue (a control plane tricked into publishing it
+there) is refused — its ``failed`` event, saying why, is stored in the stream's namespace,
+then the message is terminated — and never run.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ import msgspec
 
 from lakeshore.bus import codec
 from lakeshore.bus.work import Msg, QueueLayout, Subscriptions, WorkBus
-from lakeshore.errors import LakeshoreError, QueueNotFound
-from lakeshore.model import DEFAULT_QUEUE, Invocation, now
+from lakeshore.daemon.policies.redelivery import still_held
+from lakeshore.errors import Forbidden, LakeshoreError, QueueNotFound
+from lakeshore.model import DEFAULT_QUEUE, EventBatch, EventType, Invocation, InvocationEvent, now
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +58,15 @@ class Claimer:
         bus: the daemon's NATS handle.
         namespace: the daemon's namespace.
         on_nudge: called (on the event loop) whenever a member queue received work.
+        worker_id: the daemon's id, which the ``failed`` event of a refused message names.
     """
 
-    def __init__(self, bus: WorkBus, namespace: str, on_nudge: Callable[[], None]) -> None:
+    def __init__(
+        self, bus: WorkBus, namespace: str, on_nudge: Callable[[], None], *, worker_id: str
+    ) -> None:
         self._bus = bus
         self._ns = namespace
+        self._worker_id = worker_id
         self._on_nudge = on_nudge
         self._queues: list[str] = []
         self._layouts: dict[str, QueueLayout] = {}
@@ -189,6 +199,17 @@ class Claimer:
             )
             await self._bus.term(msg)
             return None
+        if (inv.namespace, inv.queue) != (self._ns, queue):
+            await self._refuse(msg, inv, queue)
+            return None
+        epoch = meta.num_delivered
+        if epoch > 1 and (held := await still_held(self._bus, inv, epoch)):
+            log.info(
+                "%s attempt %d: attempt %d is still held by %s; handed back for %.0f s",
+                inv.id, epoch, held.epoch, held.holder, held.retry_s,
+            )  # fmt: skip
+            await self._bus.nak(msg, held.retry_s)
+            return None
         return Claim(
             msg=msg,
             invocation=inv,
@@ -199,3 +220,47 @@ class Claimer:
             ack_wait_s=layout.ack_wait_s,
             stolen=stolen,
         )
+
+    async def _refuse(self, msg: Msg, inv: Invocation, queue: str) -> None:
+        """Record why ``inv`` is not run here, then terminate its message.
+
+        The ``failed`` event is stored first, as an outcome's always is: if it cannot be,
+        the message is left for a redelivery after ``ack_wait``, refused again then.
+        """
+        meta = msg.metadata
+        error = Forbidden(
+            f"invocation of {inv.namespace}/{inv.queue} arrived on the stream of "
+            f"{self._ns}/{queue}: refused"
+        )
+        log.error("%s attempt %d: %s", inv.id, meta.num_delivered, error.message)
+        kind = type(error)
+        event = InvocationEvent(
+            namespace=self._ns,
+            queue=queue,
+            invocation_id=inv.id,
+            ts=now(),
+            type=EventType.FAILED,
+            attempt=meta.num_delivered,
+            worker=self._worker_id,
+            epoch=meta.num_delivered,
+            detail={
+                "seq": meta.sequence.stream,
+                "error": {
+                    "type": f"{kind.__module__}.{kind.__qualname__}",
+                    "message": error.message,
+                },
+            },
+        )
+        # One id per message: a refusal repeated after a lost term is stored once.
+        msg_id = f"refused-{self._ns}-{queue}-{meta.sequence.stream}"
+        try:
+            await self._bus.publish_events(
+                self._ns, queue, EventBatch(events=[event]), msg_id=msg_id
+            )
+        except LakeshoreError as e:
+            log.warning("%s: refusal not recorded yet (%s); refused again on redelivery", inv.id, e)
+            return
+        try:
+            await self._bus.term(msg)
+        except LakeshoreError as e:
+            log.warning("%s: not terminated (%s); refused again on redelivery", inv.id, e)

@@ -25,10 +25,16 @@ class Credential:
         """The credential to renew once past half its life, else ``None``."""
         return self._value if time.time() >= self._renew_at else None
 
+    def expired(self) -> bool:
+        """Whether the current credential's life is over (by this host's clock): NATS
+        refuses it, and it can no longer be renewed."""
+        return time.time() >= self._expires
+
     def renewed(self, value: str) -> None:
         self._set(value, expires_at(value))
 
     def _set(self, value: str, expires: int) -> None:
         got = time.time()
         self._value = value
+        self._expires = expires
         self._renew_at = got + max(0.0, expires - got) / 2

@@ -5,7 +5,11 @@ a change (or a change of the controller's steal leases) becomes a
 :class:`~lakeshore.daemon.dispatcher.Membership` order, ``retire`` a
 :class:`~lakeshore.daemon.dispatcher.Retire`. ``unknown: true`` means the registry lost
 the worker's row (deleted, or a store reset): the daemon registers again under its id.
-A missed heartbeat is only logged: the daemon keeps working on the last membership.
+A missed heartbeat is only logged: the daemon keeps working on the last membership —
+unless it was given ``orphan_after_s`` (a daemon the ``local`` provider started): with no
+heartbeat answered for that long, its control plane is taken for gone and the daemon
+retires (drains as a stop would, then exits) rather than living on as an orphan nothing
+accounts for. A daemon started by hand waits for its control plane for ever.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class Heartbeater:
         dispatcher: reports status and takes the orders of each reply.
         every_s: heartbeat period (seconds).
         credential: renewed through the heartbeats.
+        orphan_after_s: retire once no heartbeat was answered for this long (seconds);
+            ``None``: wait for the control plane for ever.
     """
 
     def __init__(
@@ -46,6 +52,8 @@ class Heartbeater:
         dispatcher: Dispatcher,
         every_s: float,
         credential: Credential,
+        *,
+        orphan_after_s: float | None = None,
     ) -> None:
         self._bus = bus
         self._credential = credential
@@ -58,6 +66,10 @@ class Heartbeater:
         self._failing = False
         self._beats = 0
         self._beat = asyncio.Condition()
+        self._orphan_after_s = orphan_after_s
+        # Counted from the registration, which the control plane answered.
+        self._answered_at = asyncio.get_running_loop().time()
+        self._orphaned = False
 
     async def run(self) -> None:
         """Beat every ``every_s`` until cancelled."""
@@ -81,7 +93,9 @@ class Heartbeater:
             if not self._failing:
                 log.warning("heartbeat not answered: %s", e)
             self._failing = True
+            self._retire_if_orphaned()
             return None
+        self._answered_at = asyncio.get_running_loop().time()
         if self._failing:
             log.info("heartbeat answered again")
             self._failing = False
@@ -103,12 +117,26 @@ class Heartbeater:
         return list(self._queues)
 
     async def final(self, timeout_s: float) -> None:
-        """Report ``stopped`` (the deregistration); one try, bounded by ``timeout_s``."""
+        """Report ``stopped`` (the deregistration); one try, bounded by ``timeout_s`` — by
+        one heartbeat period when the last heartbeat was not answered (the control plane
+        is most likely gone: a stop must not wait for it)."""
+        if self._failing:
+            timeout_s = min(timeout_s, self._every_s)
         try:
             async with asyncio.timeout(timeout_s):
                 await self._send(WorkerStatus.STOPPED, [])
         except (LakeshoreError, TimeoutError) as e:
             log.warning("final heartbeat not answered: %s", e)
+
+    def _retire_if_orphaned(self) -> None:
+        if self._orphan_after_s is None or self._orphaned:
+            return
+        silent_s = asyncio.get_running_loop().time() - self._answered_at
+        if silent_s >= self._orphan_after_s:
+            self._orphaned = True
+            why = f"no heartbeat answered for {silent_s:.0f}s: the control plane is gone"
+            log.warning("%s; retiring (orphan_after_s %g)", why, self._orphan_after_s)
+            self._dispatcher.tell(Retire(why))
 
     async def _send(self, status: WorkerStatus, current: list[str]) -> HeartbeatReply:
         hb = Heartbeat(
@@ -149,6 +177,19 @@ class Heartbeater:
         if self.worker.queues != self._queues:
             self._queues = list(self.worker.queues)
             self._dispatcher.tell(Membership(self._queues, self._steal))
+
+
+def silence_after(after_s: float | None) -> asyncio.Event:
+    """An event set ``after_s`` seconds from now (never for ``None``): until a daemon has
+    registered, its control plane's silence counts from the daemon's start.
+
+    Args:
+        after_s: ``orphan_after_s`` (seconds), or ``None``.
+    """
+    silent = asyncio.Event()
+    if after_s is not None:
+        asyncio.get_running_loop().call_later(after_s, silent.set)
+    return silent
 
 
 def _aware(ts: datetime) -> datetime:

@@ -15,7 +15,10 @@ between leaves a redelivery (fenced as stale), never a finished run nobody recor
 The lease is renewed until the claim is settled. Storing the result is tried again
 through a reconnect (for up to ``ack_wait``); a NATS failure that outlasts that is logged
 and left to JetStream: an unacknowledged claim is redelivered after ``ack_wait`` as a new
-attempt, and the Recorder fences stale ones.
+attempt, and the Recorder fences stale ones. A drain that runs out of time ends the
+settling too — the wait for the result to be stored, and the wait for the outcome's event
+to be (which has no bound of its own: with NATS gone for good, a daemon would otherwise
+never stop) — and leaves the claim to that redelivery.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from lakeshore.daemon.policies import (
     within,
 )
 from lakeshore.daemon.runner import Capture, Outcome, Runner
-from lakeshore.errors import LakeshoreError, TooLarge
+from lakeshore.errors import LakeshoreError, TooLarge, Unavailable
 from lakeshore.model import EventType, InvocationEvent, RemoteError, Result, now
 
 if TYPE_CHECKING:
@@ -95,9 +98,18 @@ class Job:
         self._stop: Stop | None = None
         self._run: asyncio.Task[Outcome] | None = None
         self._label = f"{self.id} attempt {claim.epoch}"
+        #: the drain ran out of time: settling stops waiting for NATS
+        self._out_of_time = False
+        #: this job's task while it waits for an outcome's event to be stored
+        self._recording: asyncio.Task[Any] | None = None
 
     def stop(self, why: Stop) -> None:
-        """Stop the run (if it is still running) and settle the claim as ``why`` says."""
+        """Stop the run (if it is still running) and settle the claim as ``why`` says;
+        ``INTERRUPT`` also ends a wait for the outcome's event to be stored."""
+        if why is Stop.INTERRUPT and not self._out_of_time:
+            self._out_of_time = True
+            if self._recording is not None:
+                self._recording.cancel()
         if self._stop is None:
             self._stop = why
             if self._run is not None:
@@ -231,8 +243,29 @@ class Job:
         self._ctx.events.emit(self._event(type_, detail))
 
     async def _record(self, type_: EventType, detail: dict[str, Any]) -> None:
-        """Emit an outcome's event and wait until JetStream has stored it."""
-        await self._ctx.events.publish(self._event(type_, detail))
+        """Emit an outcome's event and wait until JetStream has stored it.
+
+        Raises:
+            Unavailable: the drain ran out of time first; the event stays buffered (it goes
+                with the daemon's last flush if NATS takes it), the claim is not settled.
+        """
+        event = self._event(type_, detail)
+        if self._out_of_time:
+            self._ctx.events.emit(event)
+            raise Unavailable(f"the drain ran out of time before the {type_} event was stored")
+        task = asyncio.current_task()
+        self._recording = task
+        try:
+            await self._ctx.events.publish(event)
+        except asyncio.CancelledError:
+            # Ours (stop() with INTERRUPT) only if nobody else cancelled the task too.
+            if self._out_of_time and task is not None and task.uncancel() == 0:
+                raise Unavailable(
+                    f"the drain ran out of time before the {type_} event was stored"
+                ) from None
+            raise
+        finally:
+            self._recording = None
 
     def _event(self, type_: EventType, detail: dict[str, Any]) -> InvocationEvent:
         c = self.claim

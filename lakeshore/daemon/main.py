@@ -21,9 +21,10 @@ from lakeshore.daemon.claimer import Claimer
 from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, StopNow
 from lakeshore.daemon.events import EventPublisher
-from lakeshore.daemon.heartbeat import Heartbeater
+from lakeshore.daemon.heartbeat import Heartbeater, silence_after
 from lakeshore.daemon.job import JobContext
 from lakeshore.daemon.metrics import DaemonMetrics, MeteredRunner, MetricsListener
+from lakeshore.daemon.refusal import RefusalWatch, TokenCheck
 from lakeshore.daemon.runner import Runner
 from lakeshore.daemon.settings import DaemonSettings
 from lakeshore.errors import Unavailable
@@ -55,6 +56,7 @@ async def run_daemon(
     environ: Mapping[str, str],
     handle_signals: bool = False,
     on_ready: Callable[[Running], None] | None = None,
+    token_live: TokenCheck | None = None,
 ) -> int:
     """Run one daemon until ``stop`` is set (or a retire order), then drain and return.
 
@@ -65,11 +67,16 @@ async def run_daemon(
         handle_signals: SIGTERM / SIGINT retire the daemon; a second one interrupts the
             running jobs at once. Only for the process's main daemon.
         on_ready: called once registered, before the first claim.
+        token_live: asks the API whether the token the daemon joined with is live, once
+            NATS refuses the daemon again and again (:mod:`lakeshore.daemon.refusal`);
+            ``None``: the daemon has no token of its own (the control plane started it).
 
     Returns:
         The exit status: 0 after a clean drain (also when stopped before registering).
 
     Raises:
+        Unauthorized: NATS refuses the daemon for good (``token revoked: …``, ``credential
+            expired: …``): the runs were interrupted, the daemon stopped at once.
         LakeshoreError: the registry refused the worker (e.g. an invalid name). An
             unreachable NATS or registry is waited for, until ``stop``.
     """
@@ -77,7 +84,7 @@ async def run_daemon(
     if signals is not None:
         signals.install()
     try:
-        return await _run(settings, stop, environ, signals, on_ready)
+        return await _run(settings, stop, environ, signals, on_ready, token_live)
     finally:
         if signals is not None:
             signals.remove()
@@ -89,11 +96,16 @@ async def _run(
     environ: Mapping[str, str],
     signals: _Signals | None,
     on_ready: Callable[[Running], None] | None,
+    token_live: TokenCheck | None,
 ) -> int:
     credential = Credential(settings.access)
-    bus = await _connect(settings, credential, stop)
+    # With orphan_after_s, a control plane that never lets the daemon join is gone too.
+    silent = silence_after(settings.orphan_after_s)
+    bus = await _connect(settings, credential, stop, silent)
     if bus is None:
         return 0
+    watch = RefusalWatch(bus.refusals, credential, token_live)
+    watcher = asyncio.create_task(watch.run(), name="refusals")
     try:
         reg = WorkerRegister(
             namespace=settings.namespace,
@@ -104,14 +116,22 @@ async def _run(
             provider=settings.provider,
             managed=settings.managed,
         )
-        worker = await _register(bus, reg, stop)
-        if worker is None:
-            return 0
-        log.info("registered as %s (%s) in %s", worker.name, worker.id, worker.namespace)
-        await _serve(bus, settings, reg, worker, credential, stop, environ, signals, on_ready)
+        worker = await _register(bus, reg, stop, watch.decided, silent)
+        if worker is None and silent.is_set():
+            log.warning("no registry answered for %gs: exiting", settings.orphan_after_s)
+        if worker is not None:
+            log.info("registered as %s (%s) in %s", worker.name, worker.id, worker.namespace)
+            await _serve(
+                bus, settings, reg, worker, credential, stop, environ, signals, on_ready, watch
+            )
     finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
         await bus.close()
-    log.info("daemon %s stopped", settings.name)
+    if watch.final is not None:
+        raise watch.final
+    if worker is not None:
+        log.info("daemon %s stopped", settings.name)
     return 0
 
 
@@ -125,13 +145,16 @@ async def _serve(
     environ: Mapping[str, str],
     signals: _Signals | None,
     on_ready: Callable[[Running], None] | None,
+    watch: RefusalWatch,
 ) -> None:
     events = EventPublisher(bus, settings.namespace)
     metrics = DaemonMetrics(version=__version__) if settings.metrics_port is not None else None
     runner = Runner(environ) if metrics is None else MeteredRunner(environ, metrics)
     ctx = JobContext(bus=bus, events=events, runner=runner, worker_id=worker.id, metrics=metrics)
     # The nudge callback reaches the dispatcher built just below (called only later).
-    claimer = Claimer(bus, settings.namespace, on_nudge=lambda: dispatcher.wake())
+    claimer = Claimer(
+        bus, settings.namespace, on_nudge=lambda: dispatcher.wake(), worker_id=worker.id
+    )
     dispatcher = Dispatcher(
         claimer,
         ctx,
@@ -139,7 +162,10 @@ async def _serve(
         idle_poll_s=settings.idle_poll_s,
         drain_timeout_s=settings.drain_timeout_s,
     )
-    heart = Heartbeater(bus, worker, reg, dispatcher, settings.heartbeat_s, credential)
+    heart = Heartbeater(
+        bus, worker, reg, dispatcher, settings.heartbeat_s, credential,
+        orphan_after_s=settings.orphan_after_s,
+    )  # fmt: skip
     dispatcher.tell(Membership(list(worker.queues)))
     control = await bus.subscribe_control(
         settings.namespace, worker.id, lambda order: _on_control(order, dispatcher)
@@ -154,28 +180,32 @@ async def _serve(
             flusher = tg.create_task(events.run(), name="events")
             beater = tg.create_task(heart.run(), name="heartbeat")
             watcher = tg.create_task(_retire_on(stop, dispatcher), name="stop")
+            refused = tg.create_task(_stop_now_on(watch.decided, dispatcher, bus), name="refused")
             if on_ready is not None:
                 url = listener.url if listener is not None else None
                 on_ready(Running(worker, dispatcher, heart, claimer, url))
             await dispatcher.run()
-            for task in (flusher, beater, watcher):
+            for task in (flusher, beater, watcher, refused):
                 task.cancel()
     finally:
         await control.close()
         await claimer.close()
         if listener is not None:
             await listener.close()
+    if watch.final is not None:
+        return  # NATS refuses this daemon: nothing more can be published
     await _flush(events, settings.request_timeout_s)
     await heart.final(settings.request_timeout_s)
 
 
 async def _connect(
-    settings: DaemonSettings, credential: Credential, stop: asyncio.Event
+    settings: DaemonSettings, credential: Credential, *stops: asyncio.Event
 ) -> WorkBus | None:
-    """Connect, however long NATS takes to come up; ``None`` if stopped first.
+    """Connect, however long NATS takes to come up; ``None`` if one of ``stops`` (a stop,
+    or ``orphan_after_s`` passing) is set first.
 
     The connection retries an unreachable server for ever (a daemon may well start before
-    its NATS), so only ``stop`` ends the wait.
+    its NATS), so only ``stops`` end the wait.
     """
     bus = await _unless_stopped(
         WorkBus.connect(
@@ -184,53 +214,59 @@ async def _connect(
             password=credential.current,
             request_timeout_s=settings.request_timeout_s,
         ),
-        stop,
+        *stops,
     )
     if bus is None:
         log.info("stopped before NATS at %s answered", settings.access.nats_url)
     return bus
 
 
-async def _register(bus: WorkBus, reg: WorkerRegister, stop: asyncio.Event) -> Worker | None:
-    """Register, waiting for a registry to answer; ``None`` if stopped first.
+async def _register(bus: WorkBus, reg: WorkerRegister, *stops: asyncio.Event) -> Worker | None:
+    """Register, waiting for a registry to answer; ``None`` if one of ``stops`` is set
+    first (a stop, or NATS refusing the daemon for good).
 
     A stop abandons the request in flight: its answer may never come (a control plane
     that stopped after it registered the daemon), and a stop must not wait its timeout.
     """
     attempt = 0
-    while not stop.is_set():
+    while not any(stop.is_set() for stop in stops):
         try:
-            return await _unless_stopped(bus.register(reg), stop)
+            return await _unless_stopped(bus.register(reg), *stops)
         except Unavailable as e:
             pause = REGISTER_RETRY_S[min(attempt, len(REGISTER_RETRY_S) - 1)]
             if attempt == 0:
                 log.warning("registration not answered (%s); retrying", e)
             attempt += 1
-            try:
-                async with asyncio.timeout(pause):
-                    await stop.wait()
-            except TimeoutError:
-                pass
+            await _unless_stopped(asyncio.sleep(pause), *stops)
     return None
 
 
-async def _unless_stopped(step: Awaitable[T], stop: asyncio.Event) -> T | None:
-    """``await step``, or ``None`` (``step`` cancelled) if ``stop`` is set first."""
+async def _unless_stopped(step: Awaitable[T], *stops: asyncio.Event) -> T | None:
+    """``await step``, or ``None`` (``step`` cancelled) if one of ``stops`` is set first."""
     doing = asyncio.ensure_future(step)
-    stopping = asyncio.create_task(stop.wait(), name="stop")
+    stopping = [asyncio.create_task(stop.wait(), name="stop") for stop in stops]
     try:
-        await asyncio.wait({doing, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({doing, *stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (doing, stopping):
+        for task in (doing, *stopping):
             if not task.done():
                 task.cancel()
-        await asyncio.gather(doing, stopping, return_exceptions=True)
+        await asyncio.gather(doing, *stopping, return_exceptions=True)
     return None if doing.cancelled() else doing.result()
 
 
 async def _retire_on(stop: asyncio.Event, dispatcher: Dispatcher) -> None:
     await stop.wait()
     dispatcher.tell(Retire("stop requested"))
+
+
+async def _stop_now_on(refused: asyncio.Event, dispatcher: Dispatcher, bus: WorkBus) -> None:
+    """Once NATS refuses the daemon for good: interrupt the runs, and close the connection
+    at once, so that it stops reconnecting (a request in flight, a claim, still ends at its
+    timeout: the daemon exits within ``request_timeout_s``)."""
+    await refused.wait()
+    dispatcher.tell(StopNow())
+    await bus.close()
 
 
 def _on_control(order: DaemonControl, dispatcher: Dispatcher) -> None:

@@ -41,6 +41,10 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """On SIGTERM or retire, how long current runs may take before being interrupted."""
     request_timeout_s: Seconds = 5.0
     """Bound of every NATS request: claims, registry requests, acks (seconds)."""
+    orphan_after_s: Seconds | None = None
+    """Retire (drain, then exit) once no heartbeat was answered for this long: the control
+    plane that started the daemon (the ``local`` provider) is gone; ``None``: wait for the
+    control plane for ever (a daemon started by hand)."""
     metrics_port: Annotated[int, Meta(ge=0, le=65535)] | None = None
     """Serve the daemon's ``GET /metrics`` (no token) on this port; ``None``: no listener,
     0: any free port."""

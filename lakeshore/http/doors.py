@@ -7,7 +7,8 @@ open connections for :data:`RETIRE_S` (longer than clients keep an idle one: aio
 pool 15 s): closing a kept-alive connection as a client sends on it would cut that request.
 Meanwhile it answers ``not_leader`` with ``Connection: close``, so each client moves to a
 new connection, served by the new app; what is left after that is closed, requests still
-running given :data:`SWAP_GRACE_S`.
+running given :data:`SWAP_GRACE_S`. Every connection keeps the read deadlines of
+:mod:`lakeshore.http.deadlines`.
 """
 
 from __future__ import annotations
@@ -17,23 +18,36 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from lakeshore.http.deadlines import GuardedRunner, ReadTimeouts
 from lakeshore.http.errors import MAX_LINE_BYTES
 
 #: How long requests of the app being replaced may still run once it is closed (seconds).
 SWAP_GRACE_S = 2.0
 #: How long the replaced app keeps the connections it has (seconds).
 RETIRE_S = 20.0
+#: The read deadlines of a listener told none (the settings' defaults).
+DEFAULT_TIMEOUTS = ReadTimeouts()
 
 
 class Doors:
     """Args:
     host, port: where to listen (port 0: a free one, kept across swaps).
     app_now: the app to serve now (asked at every :meth:`refresh`).
+    timeouts: how long a connection may take to send a request's headers, and a body may
+        stall.
     """
 
-    def __init__(self, host: str, port: int, app_now: Callable[[], web.Application]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        app_now: Callable[[], web.Application],
+        *,
+        timeouts: ReadTimeouts = DEFAULT_TIMEOUTS,
+    ) -> None:
         self.host, self.port = host, port
         self._app_now = app_now
+        self._timeouts = timeouts
         self._app: web.Application | None = None
         self._runner: web.AppRunner | None = None
         self._lock = asyncio.Lock()
@@ -47,8 +61,9 @@ class Doors:
             app = self._app_now()
             if app is self._app or self._closed:
                 return
-            runner = web.AppRunner(
+            runner = GuardedRunner(
                 app,
+                timeouts=self._timeouts,
                 handle_signals=False,
                 access_log=None,
                 max_line_size=MAX_LINE_BYTES,

@@ -1,7 +1,9 @@
 """One middleware that turns every failure into the API's JSON error shape.
 
 Bad input is a 4xx with a message that says what was wrong; a bug is a 500 whose
-traceback goes to the server log, never to the client.
+traceback goes to the server log, never to the client. A client that hangs up before its
+request is read (or that stalls its body: :mod:`lakeshore.http.deadlines`) is no bug: one
+INFO line each, no traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +13,16 @@ import logging
 import msgspec
 from aiohttp import web
 
-from lakeshore.errors import Internal, Invalid, LakeshoreError, NotLeader, TooLarge, TooLong
+from lakeshore.errors import (
+    Internal,
+    Invalid,
+    LakeshoreError,
+    NotLeader,
+    RequestTimeout,
+    TooLarge,
+    TooLong,
+)
+from lakeshore.http.deadlines import BodyStalled
 from lakeshore.http.routes import reply
 from lakeshore.model import MAX_JSON_DEPTH, ErrorBody, ErrorDetail
 
@@ -24,6 +35,9 @@ MAX_URL_BYTES = 8_190
 MAX_LINE_BYTES = 1024 * 1024
 #: aiohttp's own HTTP exceptions (unknown route, wrong method, body too large) by status.
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+#: The status counted (``lakeshore_http_requests_total``) for a request whose client hung
+#: up before it was read; never sent (nginx's "client closed request").
+CLIENT_CLOSED = 499
 
 
 #: How long a client waits before it asks again after ``not_leader`` (seconds).
@@ -69,6 +83,23 @@ async def error_middleware(request: web.Request, handler) -> web.StreamResponse:
         if "Allow" in e.headers:  # a 405 says which methods the path has
             answer.headers["Allow"] = e.headers["Allow"]
         return answer
-    except Exception:
+    except BodyStalled as e:
+        log.info("%s %s from %s: %s; answered 408", request.method, request.path,
+                 request.remote, e)  # fmt: skip
+        answer = render(RequestTimeout(f"{e}"))
+        answer.force_close()
+        return answer
+    except Exception as e:
+        if isinstance(e, ConnectionError) and _hung_up(request):
+            log.info("%s %s from %s: the client closed the connection before its request "
+                     "was read", request.method, request.path, request.remote)  # fmt: skip
+            return web.Response(status=CLIENT_CLOSED)
         log.exception("unhandled error on %s %s", request.method, request.path)
         return render(Internal("internal error; the server log has the details"))
+
+
+def _hung_up(request: web.Request) -> bool:
+    """The client's connection is gone (a reset from elsewhere, NATS or a provider's SSH, is
+    a failure of this server's and keeps its traceback)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -54,7 +54,10 @@ async def show(request: web.Request) -> web.Response:
 async def result(request: web.Request) -> web.Response:
     ns = await namespace(request)
     wait_s = query.seconds(request, "wait_s", default=0.0, most=MAX_WAIT_S)
-    answer = await request.app[JOBS].result(ns.name, request.match_info["id"], wait_s)
+    answer = await request.app[JOBS].result(
+        ns.name, request.match_info["id"], wait_s,
+        org=ns.org, asker=f"token {caller(request).token_id}",
+    )  # fmt: skip
     return reply(answer, status=202 if isinstance(answer, Job) else 200)
 
 

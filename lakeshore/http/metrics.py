@@ -1,15 +1,20 @@
 """``GET /metrics``: the Prometheus text, on the API (with a token) or on a listener of its own.
 
-The API's route is guarded like every other; ``--metrics-port`` opens a second listener,
-bound to loopback unless told otherwise, that serves only this document and asks no token
-(scrapers rarely carry one).
+The API's route is guarded like every other and shows an org's token only its org's
+series (:mod:`lakeshore.metrics.view`), the admin token every series. ``--metrics-port``
+opens a second listener, bound to loopback unless told otherwise, that serves only this
+document, whole, and asks no token (scrapers rarely carry one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from aiohttp import web
 
+from lakeshore.http.auth import caller
 from lakeshore.http.routes import Routes
+from lakeshore.http.state import ACCESS
 from lakeshore.metrics import CONTENT_TYPE, PlaneMetrics
 
 routes = Routes()
@@ -22,11 +27,15 @@ async def metrics(request: web.Request) -> web.Response:
     m = request.app.get(METRICS)
     if m is None:  # an app built without metrics (make_app's default)
         raise web.HTTPNotFound()
-    return await _render(m)
+    org = caller(request).org
+    if org is None:  # the admin: the whole plane
+        return await _render(m)
+    namespaces = await request.app[ACCESS].list_namespaces(org)
+    return await _render(m, {ns.name for ns in namespaces})
 
 
-async def _render(m: PlaneMetrics) -> web.Response:
-    response = web.Response(body=await m.render())
+async def _render(m: PlaneMetrics, namespaces: Collection[str] | None = None) -> web.Response:
+    response = web.Response(body=await m.render(namespaces))
     # Set whole: the version and charset parameters are part of Prometheus's content type.
     response.headers["Content-Type"] = CONTENT_TYPE
     return response

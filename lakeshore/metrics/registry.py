@@ -7,13 +7,17 @@ There is no global registry: :class:`PlaneMetrics` is built by the composition r
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from lakeshore.metrics.controller import ControllerMetrics
+from lakeshore.metrics.gateway import GatewayMetrics
 from lakeshore.metrics.gauges import QueueGauges
 from lakeshore.metrics.http_metrics import HttpMetrics
 from lakeshore.metrics.invocations import InvocationMetrics
+from lakeshore.metrics.view import NamespaceView
 
 #: The ``Content-Type`` of :meth:`PlaneMetrics.render`'s text (Prometheus text 0.0.4).
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -29,6 +33,7 @@ class PlaneMetrics:
         self.invocations = InvocationMetrics(self.registry)
         self.controller = ControllerMetrics(self.registry)
         self.http = HttpMetrics(self.registry)
+        self.gateway = GatewayMetrics(self.registry)
         info = Gauge(
             "lakeshore_build_info", "Always 1; the version is the label.", ("version",),
             registry=self.registry,
@@ -44,12 +49,18 @@ class PlaneMetrics:
         self.registry.register(gauges)
         self._gauges = gauges
 
-    async def render(self) -> bytes:
-        """Every metric now, in the Prometheus text format.
+    async def render(self, namespaces: Collection[str] | None = None) -> bytes:
+        """The metrics now, in the Prometheus text format.
+
+        Args:
+            namespaces: show only these namespaces' series and the plane-wide ones
+                (:mod:`lakeshore.metrics.view`: an org's view); ``None``: every series.
 
         Raises:
             LakeshoreError: the gauges could not be read (NATS, an actor).
         """
         if self._gauges is not None:
             await self._gauges.refresh()
-        return generate_latest(self.registry)
+        if namespaces is None:
+            return generate_latest(self.registry)
+        return generate_latest(NamespaceView(self.registry, frozenset(namespaces)))

@@ -22,6 +22,8 @@ from lakeshore.model.daemon import (
     DaemonJoin,
     Heartbeat,
     HeartbeatReply,
+    HeldAnswer,
+    HeldAsk,
     StealGrant,
 )
 from lakeshore.model.invocations import (
@@ -112,6 +114,8 @@ __all__ = [
     "FastSubmit",
     "Heartbeat",
     "HeartbeatReply",
+    "HeldAnswer",
+    "HeldAsk",
     "Invocation",
     "InvocationEvent",
     "InvocationState",

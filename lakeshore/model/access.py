@@ -19,7 +19,7 @@ class QuotaUse(Struct, frozen=True, kw_only=True):
     """One quota: its value, and how much of it is used now."""
 
     limit: int
-    #: null: not counted (``elasticity_max``, or NATS did not answer)
+    #: null: not counted (``elasticity_max``, the result waits, or NATS did not answer)
     used: int | None = None
 
 
@@ -36,6 +36,12 @@ class NamespaceQuotas(Struct, frozen=True, kw_only=True):
     pending_per_org: QuotaUse
     #: the highest ``elasticity.max`` a queue may have
     elasticity_max: QuotaUse
+    #: namespaces of the org
+    namespaces_per_org: QuotaUse | None = None
+    #: result waits the org may hold open at once (``used``: not counted here)
+    result_waits_per_org: QuotaUse | None = None
+    #: result waits one token or NATS connection may hold open at once
+    result_waits_per_asker: QuotaUse | None = None
 
 
 class NamespaceDetail(Namespace, frozen=True, kw_only=True):

@@ -22,6 +22,27 @@ class Heartbeat(Struct, frozen=True, kw_only=True):
     renew: str | None = None
 
 
+class HeldAsk(Struct, frozen=True, kw_only=True):
+    """Daemon → control plane on ``ls.<ns>.held.<worker-id>``, before it runs a redelivered
+    invocation (a delivery count above 1)."""
+
+    namespace: str
+    invocation_id: str
+    #: the delivery count of the daemon's delivery (its attempt's epoch)
+    epoch: int
+
+
+class HeldAnswer(Struct, frozen=True, kw_only=True):
+    """Who still holds an earlier attempt of the invocation; ``holder`` ``None``: nobody
+    live, run it."""
+
+    holder: str | None = None
+    #: the epoch that holder claimed
+    epoch: int = 0
+    #: when to look again, if the holder is still running it then (seconds)
+    retry_s: float = 0.0
+
+
 class StealGrant(Struct, frozen=True, kw_only=True):
     """A lease to pull from another queue after the daemon's own (the controller's)."""
 

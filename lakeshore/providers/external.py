@@ -24,7 +24,7 @@ class ExternalProvider:
         raise Conflict(
             f"provider {provider.name!r} is external: the control plane does not start its "
             "daemons. Start each one by hand on any machine that reaches the API and NATS: "
-            "`lakeshore daemon run --api API_URL --token TOKEN "
+            "`LAKESHORE_TOKEN=TOKEN lakeshore daemon run --api API_URL "
             f"--namespace {provider.namespace} --provider {provider.name} "
             "--name NAME --queue Q` (--queue is repeatable; without it the daemon pulls "
             "from the default queue). It registers itself."

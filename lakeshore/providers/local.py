@@ -6,7 +6,9 @@ queues and labels on its command line. Each process writes its output to
 has one watcher task, owned by this backend, that reports its end through the exit
 callback. Children run in their own session: a Ctrl-C on the server's terminal reaches
 the server, whose shutdown (:meth:`LocalProvider.close`) stops them — one SIGTERM, so a
-daemon drains rather than being interrupted.
+daemon drains rather than being interrupted. A server that dies without a shutdown (kill
+-9) cannot stop them: each daemon is started with ``--orphan-after-s``, so it retires by
+itself once its heartbeats have gone unanswered that long.
 """
 
 from __future__ import annotations
@@ -33,14 +35,23 @@ CREDENTIAL_ENV = "LAKESHORE_NATS_CREDENTIAL"
 CA_ENV = "LAKESHORE_NATS_CA"
 #: ``lakeshore daemon run`` with this very interpreter (and so this very lakeshore).
 DAEMON_COMMAND = (sys.executable, "-m", "lakeshore", "daemon", "run")
+#: A started daemon whose heartbeats go unanswered this long retires (seconds).
+ORPHAN_AFTER_S = 60.0
 
 
 def daemon_argv(
-    command: Sequence[str], worker: Worker, nats_url: str, heartbeat_s: float | None = None
+    command: Sequence[str],
+    worker: Worker,
+    nats_url: str,
+    heartbeat_s: float | None = None,
+    *,
+    orphan_after_s: float | None = None,
 ) -> list[str]:
     """The command line that runs ``worker`` as a daemon (``queues == []``: no ``--queue``,
     so the daemon pulls from the default queue). Its credential is not on the command line
-    (anyone on the host can read that) but in its environment (:func:`daemon_env`)."""
+    (anyone on the host can read that) but in its environment (:func:`daemon_env`).
+    ``orphan_after_s``: the daemon retires once its heartbeats go unanswered that long
+    (``None``: it waits for its control plane for ever)."""
     argv = [*command, "--id", worker.id, "--name", worker.name, "--namespace", worker.namespace]
     for q in worker.queues:
         argv += ["--queue", q]
@@ -51,6 +62,8 @@ def daemon_argv(
         argv.append("--managed")
     if heartbeat_s is not None:
         argv += ["--heartbeat-s", f"{heartbeat_s:g}"]
+    if orphan_after_s is not None:
+        argv += ["--orphan-after-s", f"{orphan_after_s:g}"]
     return argv
 
 
@@ -83,6 +96,8 @@ class LocalProvider:
         on_exit: called once per process when it has ended (or could not start).
         command: the daemon command without its per-worker flags (tests swap it).
         heartbeat_s: passed to every daemon as ``--heartbeat-s``; ``None``: its default.
+        orphan_after_s: passed to every daemon as ``--orphan-after-s``: it retires once its
+            heartbeats go unanswered this long, so it does not outlive a killed server.
         stop_timeout_s: after SIGTERM, how long a daemon may drain before SIGKILL.
         close_timeout_s: at shutdown, the same bound for all daemons together.
     """
@@ -94,6 +109,7 @@ class LocalProvider:
         *,
         command: Sequence[str] = DAEMON_COMMAND,
         heartbeat_s: float | None = None,
+        orphan_after_s: float = ORPHAN_AFTER_S,
         stop_timeout_s: float = 30.0,
         close_timeout_s: float = 5.0,
     ) -> None:
@@ -102,6 +118,7 @@ class LocalProvider:
         #: the daemon command without its per-worker flags (read at each launch)
         self.command = tuple(command)
         self._heartbeat_s = heartbeat_s
+        self._orphan_after_s = orphan_after_s
         self._stop_timeout_s = stop_timeout_s
         self._close_timeout_s = close_timeout_s
         self._children: dict[str, _Child] = {}
@@ -140,7 +157,13 @@ class LocalProvider:
     async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
         for worker in workers:
             given = access(worker)
-            argv = daemon_argv(self.command, worker, given.nats_url, self._heartbeat_s)
+            argv = daemon_argv(
+                self.command,
+                worker,
+                given.nats_url,
+                self._heartbeat_s,
+                orphan_after_s=self._orphan_after_s,
+            )
             path = self.log_path(worker)
             try:
                 # Logs hold command lines and output: readable by the server's user only.

@@ -8,7 +8,8 @@ server turns into an authorization violation. Two kinds of client exist:
 
 * ``user=daemon``, ``pass=<daemon credential>`` (:mod:`lakeshore.security.credentials`);
 * ``user=producer/<nonce>``, ``pass=<Lakeshore token>``: the SDK's fast path; ``<nonce>``
-  (16–64 of ``A-Za-z0-9_-``) names its inbox prefix.
+  (16–64 of ``A-Za-z0-9_-``) names its inbox, ``_INBOX.p.<tag>.<nonce>`` (``<tag>`` a
+  digest of the token: :func:`~lakeshore.security.grants.inbox_tag`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakeshore.access import Access
+from lakeshore.bus import subjects
 from lakeshore.errors import LakeshoreError, Unauthorized
 from lakeshore.security import grants, jwt
 from lakeshore.security.grants import DAEMON_USER, NAME_SEPARATOR, PRODUCER_USER, Permissions
@@ -30,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Where nats-server asks (in the callout's account).
 CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH"
+#: Where nats-server's requests want their answers (its own inboxes); nothing else is
+#: answered.
+CALLOUT_REPLIES = "$SYS._INBOX"
 #: Queue group of the responders: one control plane answers each request.
 CALLOUT_GROUP = "lakeshore-callout"
 _NONCE = re.compile(r"[A-Za-z0-9_-]{16,64}")
@@ -49,6 +54,17 @@ def connection_name(
     role: str, org: str, namespace: str, token_id: str, ident: str, grant: str = "*"
 ) -> str:
     return NAME_SEPARATOR.join((role, org, namespace, token_id, ident, grant))
+
+
+def safe_user(user: str) -> str:
+    """A CONNECT user name as it may be logged: only its role when it is one of ours, never
+    the name itself (a client that put its token there would have it logged in clear)."""
+    if not user:
+        return "a client without user"
+    role = user.partition("/")[0]
+    if role == DAEMON_USER or (role == PRODUCER_USER and "/" in user):
+        return f"a {role}"
+    return "an unknown user"
 
 
 class Identities:
@@ -76,8 +92,9 @@ class Identities:
         if role == PRODUCER_USER and _NONCE.fullmatch(nonce):
             return await self._producer(nonce, password)
         raise Unauthorized(
-            "NATS needs Lakeshore credentials: a daemon joins with `lakeshore daemon run "
-            "--api URL --token T`; the SDK connects as producer/<nonce> with its token"
+            "NATS needs Lakeshore credentials: a daemon joins with `LAKESHORE_TOKEN=T "
+            "lakeshore daemon run --api URL`; the SDK connects as producer/<nonce> with its "
+            "token"
         )
 
     async def _daemon(self, credential: str) -> Grant:
@@ -102,7 +119,9 @@ class Identities:
             namespaces = [ns.name for ns in await self._access.list_namespaces(caller.org)]
         return Grant(
             name=connection_name(PRODUCER_USER, caller.org or "*", "*", caller.token_id, nonce),
-            permissions=grants.producer(namespaces, nonce),
+            permissions=grants.producer(
+                namespaces, subjects.producer_inbox(grants.inbox_tag(token), nonce)
+            ),
         )
 
 
@@ -112,7 +131,7 @@ class Callout:
     def __init__(self, issuer: jwt.Issuer, identities: Identities) -> None:
         self._issuer, self._identities = issuer, identities
 
-    async def answer(self, subject: str, data: bytes) -> bytes:
+    async def answer(self, subject: str, data: bytes, reply: str = "") -> bytes:
         """The ``authorization_response`` JWT for one request (never raises)."""
         try:
             request = jwt.decode(data.decode(), issuer_prefix=jwt.SERVER_PREFIX)["nats"]
@@ -131,7 +150,7 @@ class Callout:
             )
         except LakeshoreError as e:
             log.info(
-                "nats: refused %s from %s: %s", opts.get("user") or "a client without user",
+                "nats: refused %s from %s: %s", safe_user(str(opts.get("user") or "")),
                 client.get("host", "?"), e.message,
             )  # fmt: skip
             answer = {"error": e.message}

@@ -44,14 +44,12 @@ class Permissions(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
-def daemon_inbox(namespace: str, worker_id: str) -> str:
-    """The inbox prefix of a daemon's connection (its replies arrive under it)."""
-    return f"_INBOX.d.{namespace}.{worker_id}"
-
-
-def producer_inbox(nonce: str) -> str:
-    """The inbox prefix of a producer's connection, named by the nonce it connects with."""
-    return f"_INBOX.p.{nonce}"
+def inbox_tag(token: str) -> str:
+    """The token's part of its producers' inboxes (``_INBOX.p.<tag>.<nonce>``): the gateway
+    answers a fast-path request only under the inboxes of the token it carries, so an
+    answer cannot be steered to another tenant's subject. A digest, not the token: subjects
+    show up in the server's monitoring."""
+    return hashlib.sha256(b"lakeshore-inbox\0" + token.encode()).hexdigest()[:16]
 
 
 def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions:
@@ -60,6 +58,7 @@ def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions
     publish = [
         subjects.register_subject(namespace, worker_id),
         subjects.heartbeat_subject(namespace, worker_id),
+        subjects.held_subject(namespace, worker_id),
         subjects.event_subject(namespace, "*", worker_id),
         subjects.result_put_subject(namespace),
     ]
@@ -71,7 +70,7 @@ def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions
             f"$JS.ACK.{stream}.>",
         ]
     subscribe = [
-        daemon_inbox(namespace, worker_id) + ".>",
+        subjects.daemon_inbox(namespace, worker_id) + ".>",
         subjects.nudge_subject(namespace, "*"),
         subjects.daemon_control_subject(namespace, worker_id),
     ]
@@ -85,10 +84,10 @@ def queues_tag(queues: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
-def producer(namespaces: Iterable[str] | None, nonce: str) -> Permissions:
+def producer(namespaces: Iterable[str] | None, inbox: str) -> Permissions:
     """A producer (the SDK's fast path): submit to the queues of its org's namespaces and
     wait for their results (``None``: every namespace, for an admin token), answers on its
-    own inbox."""
+    own ``inbox`` (:func:`~lakeshore.bus.subjects.producer_inbox`)."""
     targets = ["*"] if namespaces is None else sorted(set(namespaces))
     return Permissions(
         publish=[
@@ -96,5 +95,5 @@ def producer(namespaces: Iterable[str] | None, nonce: str) -> Permissions:
             for ns in targets
             for subject in (subjects.submit_subject(ns, "*"), subjects.result_wait_subject(ns, "*"))
         ],
-        subscribe=[producer_inbox(nonce) + ".>"],
+        subscribe=[inbox + ".>"],
     )

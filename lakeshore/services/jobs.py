@@ -23,13 +23,14 @@ from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
-from lakeshore.actors.recorder import Knows, Settled, WaitFinished, WaitRecorded
+from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
 from lakeshore.model import (
     TERMINAL_STATES,
     DaemonControl,
+    HeldAnswer,
     InvocationState,
     InvocationSubmit,
     Job,
@@ -40,8 +41,9 @@ from lakeshore.model import (
     SubmitAnswer,
     WorkerStatus,
 )
-from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
+from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.pending import OrgRows, PendingTally
+from lakeshore.services.waits import ResultWaits
 from lakeshore.store.port import JobReads, JobRecord
 
 if TYPE_CHECKING:
@@ -52,6 +54,9 @@ J = TypeVar("J", bound=Job)
 #: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
 CATCH_UP_S = 2.0
 _WITH_RESULT = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
+#: How long a daemon leaves a redelivery whose earlier attempt is still held before it
+#: looks again (seconds).
+HELD_RETRY_S = 5.0
 #: Members that can take work now.
 _SERVING = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 _ENDED = {
@@ -106,6 +111,7 @@ class JobService:
         self._controller, self._recorder = controller, recorder
         self._ask_timeout_s = ask_timeout_s
         self._pending = PendingTally(store, bus, quotas)
+        self._waits = ResultWaits(quotas)
 
     async def submit(
         self,
@@ -181,8 +187,21 @@ class JobService:
         job = await self._shown(record.job)
         return _named(job, await self._worker_names(namespace, [job]))
 
-    async def result(self, namespace: str, job_id: str, wait_s: float) -> Result | Job:
+    async def result(
+        self,
+        namespace: str,
+        job_id: str,
+        wait_s: float,
+        *,
+        org: str | None = None,
+        asker: str | None = None,
+    ) -> Result | Job:
         """The result once the job has finished, waiting up to ``wait_s`` for it.
+
+        Args:
+            org: the namespace's org, whose open waits are bounded (``None``: unbounded,
+                for the plane's own callers).
+            asker: who waits (a token, a NATS connection), bounded too.
 
         Returns:
             The :class:`Result` of a finished job (a cancelled or dropped one's is an
@@ -190,7 +209,34 @@ class JobService:
 
         Raises:
             NotFound: no such job, or its result is no longer kept.
+            QuotaExceeded: the org or the asker holds as many waits open as it may.
         """
+        if wait_s <= 0 or org is None:
+            return await self._result(namespace, job_id, wait_s)
+        with self._waits.hold(org, asker or f"org {org!r}"):
+            return await self._result(namespace, job_id, wait_s)
+
+    async def holder(self, namespace: str, job_id: str, epoch: int) -> HeldAnswer:
+        """Whether an attempt of ``job_id`` earlier than ``epoch`` is still held by a live
+        daemon (asked before a redelivery runs): a delivery count can rise without its
+        holder having let go — a peer's NAK, a ``nak`` sent in error — and the invocation
+        must not run twice at once. The latest earlier claim counts; its daemon is live
+        while the registry has not seen it stop or go silent (``lost_after_s``)."""
+        fence = await self._recorder.ask(Unfinished(namespace, job_id))
+        earlier = [claim for claim in (fence.claims if fence else ()) if claim[0] < epoch]
+        if not earlier:
+            return HeldAnswer()
+        held_epoch, worker = max(earlier)
+        workers = await self._workers.ask(ListWorkers(namespace))
+        if not any(w.id == worker and w.status in COUNTED for w in workers):
+            return HeldAnswer()
+        return HeldAnswer(holder=worker, epoch=held_epoch, retry_s=HELD_RETRY_S)
+
+    def open_waits(self, org: str) -> int:
+        """The result waits ``org`` holds open now."""
+        return self._waits.open(org)
+
+    async def _result(self, namespace: str, job_id: str, wait_s: float) -> Result | Job:
         # A waiting asker listens first: the daemon's result put passes the control plane on
         # its way to the bucket, often before the Recorder has even told us it ended.
         watch = await self._results.watch_result(namespace, job_id) if wait_s > 0 else None

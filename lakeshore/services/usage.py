@@ -46,4 +46,7 @@ async def namespace_quotas(
         local_daemons_per_host=QuotaUse(limit=limits.local_daemons_per_host, used=local),
         pending_per_org=QuotaUse(limit=limits.pending_per_org, used=pending),
         elasticity_max=QuotaUse(limit=limits.elasticity_max),
+        namespaces_per_org=QuotaUse(limit=limits.namespaces_per_org, used=len(siblings)),
+        result_waits_per_org=QuotaUse(limit=limits.result_waits_per_org),
+        result_waits_per_asker=QuotaUse(limit=limits.result_waits_per_asker),
     )

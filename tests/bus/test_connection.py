@@ -11,6 +11,7 @@ import natsauth
 import pytest
 from polling import eventually
 
+from lakeshore.bus import subjects
 from lakeshore.bus.connection import NatsLogin, check_cancelled, connect_nats
 from lakeshore.embedded import NatsServer
 from lakeshore.security import grants
@@ -41,9 +42,8 @@ async def test_a_reconnect_the_callout_did_not_answer_is_retried_not_fatal(tmp_p
 
     plane = await natsauth.plane_nats(server.url)
     responder = await plane.subscribe("$SYS.REQ.USER.AUTH", cb=answer)
-    login = NatsLogin(
-        user=grants.DAEMON_USER, password="any", inbox_prefix=grants.daemon_inbox("default", "w-1")
-    )
+    inbox = subjects.daemon_inbox("default", "w-1")
+    login = NatsLogin(user=grants.DAEMON_USER, password="any", inbox_prefix=inbox)
     heard: list[str] = []
     nc = await connect_nats(
         server.url, name="survivor", login=login, on_error=lambda e: heard.append(str(e))

@@ -7,7 +7,7 @@ import sys
 
 from click.testing import CliRunner
 
-from lakeshore.cli.exits import API_ERROR, OK
+from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import ProviderKind
 from lakeshore.sdk import Client
@@ -67,7 +67,7 @@ async def test_an_external_provider_refuses_with_the_daemon_run_hint(cli, contro
         "daemon", "launch", "--provider", "my-ec2", "--name", "x", "--wait", expect=API_ERROR
     )
     hint = " ".join(result.stderr.split())
-    assert "lakeshore daemon run --api API_URL --token TOKEN" in hint
+    assert "LAKESHORE_TOKEN=TOKEN lakeshore daemon run --api API_URL" in hint
     assert "--namespace default --provider my-ec2" in hint
     assert await workers(control_plane) == {}
 
@@ -125,9 +125,16 @@ async def test_provider_settings_take_lists_and_mappings_and_patch_replaces_them
 
 
 async def test_providers_create_an_unknown_namespace(cli, control_plane):
-    await cli("providers", "ls", "-n", "fresh")
+    await cli("providers", "add", "ext", "--kind", "external", "-n", "fresh")
     async with Client(control_plane.api, control_plane.admin_token) as c:
         assert (await c.namespaces_show("fresh")).org == "default"
+
+
+async def test_providers_ls_of_an_unknown_namespace_creates_nothing(cli, control_plane):
+    refused = await cli("providers", "ls", "-n", "nowhere", expect=1)
+    assert "namespace 'nowhere' does not exist" in refused.stderr
+    async with Client(control_plane.api, control_plane.admin_token) as c:
+        assert "nowhere" not in [ns.name for ns in await c.namespaces_ls()]
 
 
 def test_run_is_a_command_of_the_daemon_group(isolated):
@@ -137,3 +144,16 @@ def test_run_is_a_command_of_the_daemon_group(isolated):
     assert {"launch", "list", "run", "show", "stop", "update"} <= set(commands)
     run_help = CliRunner().invoke(lakeshore, ["daemon", "run", "--help"])
     assert run_help.exit_code == OK and "--nats-url" in run_help.stdout
+
+
+def test_run_says_to_give_the_token_in_lakeshore_token_not_on_the_command_line(isolated):
+    shown = CliRunner().invoke(lakeshore, ["daemon", "run", "--help"], terminal_width=200)
+    assert shown.exit_code == OK
+    token_help = shown.stdout.split("--token", 1)[1].split("\n  --", 1)[0]
+    assert "Prefer LAKESHORE_TOKEN" in token_help and "(ps)" in token_help, token_help
+
+
+def test_run_without_a_token_names_lakeshore_token(isolated):
+    refused = CliRunner().invoke(lakeshore, ["daemon", "run", "--api", "http://127.0.0.1:1"])
+    assert refused.exit_code == USAGE
+    assert "set LAKESHORE_TOKEN" in refused.stderr

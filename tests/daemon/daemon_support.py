@@ -217,8 +217,10 @@ class DaemonPool:
 class DaemonProcess:
     """``python -m lakeshore.daemon`` as a child process; its output is kept."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, args: list[str]) -> None:
         self.proc = proc
+        #: its command line, as ``ps`` shows it
+        self.proc_args = args
         self.lines: list[str] = []
         self._seen = asyncio.Condition()
         self._reader = asyncio.create_task(self._read())
@@ -258,14 +260,21 @@ class ProcessPool:
         self.procs: list[DaemonProcess] = []
 
     async def start(
-        self, name: str, *args: str, url: str | None = None, ready: str = "registered as"
+        self,
+        name: str,
+        *args: str,
+        url: str | None = None,
+        ready: str = "registered as",
+        token: str | None = None,
     ) -> DaemonProcess:
-        """``lakeshore daemon run --api --token`` (``url``: a NATS URL instead of the one
-        the API names)."""
+        """``LAKESHORE_TOKEN=T lakeshore daemon run --api URL`` (``url``: a NATS URL instead
+        of the one the API names; ``token``: another than the admin's), the token in the
+        environment as the README says (never on the command line, where ``ps`` shows it)."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
         env.pop("LAKESHORE_NATS_URL", None)
+        env["LAKESHORE_TOKEN"] = token or str(self.api.token)
         nats = ["--nats-url", url] if url else []
-        proc = await asyncio.create_subprocess_exec(
+        argv = [
             sys.executable,
             "-m",
             "lakeshore",
@@ -273,20 +282,21 @@ class ProcessPool:
             "run",
             "--api",
             self.api.base,
-            "--token",
-            str(self.api.token),
             *nats,
             "--name",
             name,
             "--heartbeat-s",
             "0.2",
             *args,
+        ]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             env=env,
         )
-        daemon = DaemonProcess(proc)
+        daemon = DaemonProcess(proc, argv)
         self.procs.append(daemon)
         await daemon.wait_line(ready)
         return daemon

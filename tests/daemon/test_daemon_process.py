@@ -10,6 +10,7 @@ from daemon_support import NS, WAIT_S, J, W, command, fn, wait_exists
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from lakeshore.bus import subjects
+from lakeshore.cli import exits
 from lakeshore.model import EventType, WorkerStatus
 
 
@@ -69,3 +70,19 @@ async def test_a_daemon_waits_for_an_unreachable_nats_until_sigterm(bench, proce
     daemon.proc.send_signal(signal.SIGTERM)
     assert await daemon.wait() == 0, daemon.output
     assert "stopped before NATS" in daemon.output
+
+
+async def test_a_daemon_joins_with_lakeshore_token_and_exits_refused_once_it_is_revoked(
+    processes, api
+):
+    created = (await api.post(f"/v1/namespaces/{NS}/tokens", {"description": "gpu box"}))[1]
+    token, token_id = created["token"], created["id"]
+    daemon = await processes.start("revoked", token=token)
+    assert token not in " ".join(daemon.proc_args), "the token is on the command line"
+    assert (await api.delete(f"/v1/namespaces/{NS}/tokens/{token_id}"))[0] == 200
+    assert await daemon.wait() == exits.REFUSED, daemon.output
+    told = [line for line in daemon.lines if "token revoked:" in line]
+    assert len(told) == 1 and "this daemon stops" in told[0], daemon.output
+    assert "LAKESHORE_TOKEN=<token> lakeshore daemon run --api URL" in told[0]
+    assert daemon.lines[-1] == told[0], "the last line says why it stopped"
+    assert token not in daemon.output

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-from natsauth import plane_nats
+from natsauth import ask, plane_nats
 from polling import eventually
 from report import record
 from tally import NS, all_finished, job, runs
+
+from lakeshore.bus import subjects
+from lakeshore.security import grants
 
 Q = f"{NS}/queues"
 STREAM = "LS_default_work"
@@ -26,11 +29,10 @@ def _inv(i: int, key: str, **extra) -> dict:
 
 
 async def _fast_submit(nc, token: str, body: dict) -> dict:
-    reply = await nc.request(
-        "ls.default.submit.work",
-        msgspec.json.encode({"token": token, "invocations": [body]}),
-        timeout=10,
-    )
+    subject = "ls.default.submit.work"
+    inbox = subjects.producer_inboxes(grants.inbox_tag(token))
+    data = msgspec.json.encode({"token": token, "invocations": [body]})
+    reply = await ask(nc, subject, data, inbox=inbox, timeout=10)
     return msgspec.json.decode(reply.data)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 import nats
 import pytest
-from natsauth import plane_nats
+from natsauth import ask, asker_inbox, plane_nats
 from polling import eventually
 from report import record
 from server_process import ServerProcess
@@ -69,9 +69,10 @@ class _Fleet:
     async def _request(self, i: int, subject: str, body: object, answer: type, into: list):
         start = time.perf_counter()
         try:
-            reply = await self.conns[i % len(self.conns)].request(
-                subject, codec.encode(body), timeout=REQUEST_TIMEOUT_S
-            )
+            reply = await ask(
+                self.conns[i % len(self.conns)], subject, codec.encode(body),
+                inbox=asker_inbox(subject), timeout=REQUEST_TIMEOUT_S,
+            )  # fmt: skip
             out = codec.decode(reply.data, answer)
         except (nats.errors.Error, TimeoutError, msgspec.ValidationError) as e:
             self.errors.append(f"{subject}: {e!r}")

@@ -192,6 +192,9 @@ async def test_the_namespace_shows_each_quota_and_its_usage(tight: PlaneHandle, 
         "local_daemons_per_host": {"limit": 1, "used": 0},
         "pending_per_org": {"limit": 3, "used": 1},
         "elasticity_max": {"limit": 4, "used": None},
+        "namespaces_per_org": {"limit": 1000, "used": 2},
+        "result_waits_per_org": {"limit": 1000, "used": None},
+        "result_waits_per_asker": {"limit": 500, "used": None},
     }
     async with Client(tight.api, tight.admin_secret) as client:
         detail = await client.namespaces_show("gamma")

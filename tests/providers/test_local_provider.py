@@ -120,11 +120,11 @@ async def test_one_process_per_worker_with_its_flags_and_its_own_log(bench, tmp_
     rows = [worker("prep-00", ["cpu-prep", "eval"], gpu="a100"), worker("prep-01")]
     await provider.launch(LOCAL, rows, access)
     got = sorted([(await bench.next_ready()).argv, (await bench.next_ready()).argv])
-    assert got == sorted(daemon_argv([], w, NATS) for w in rows)
+    assert got == sorted(daemon_argv([], w, NATS, orphan_after_s=60) for w in rows)
     assert got[0] == [
         "--id", "w-prep-00", "--name", "prep-00", "--namespace", "bob",
         "--queue", "cpu-prep", "--queue", "eval", "--label", "gpu=a100",
-        "--nats-url", NATS, "--provider", "local",
+        "--nats-url", NATS, "--provider", "local", "--orphan-after-s", "60",
     ]  # fmt: skip
     assert "--queue" not in got[1]  # the default queue is no --queue at all
     log = (tmp_path / "bob" / "prep-00.log").read_text()

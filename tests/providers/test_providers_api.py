@@ -61,6 +61,9 @@ async def test_the_built_in_local_provider_cannot_be_deleted(api):
 
 
 async def test_provider_routes_create_an_unknown_namespace_in_the_callers_org(api, control_plane):
+    # A write creates it (a read never does: tests/http/test_reads_create_nothing.py).
+    created = await api.post("/v1/namespaces/fresh/providers", {"name": "ext", "kind": "external"})
+    assert created[0] == 201 and created[1]["namespace"] == "fresh"
     status, body = await api.get("/v1/namespaces/fresh/providers")
     assert status == 200 and body["providers"][0]["namespace"] == "fresh"
     assert (await api.get("/v1/namespaces/fresh"))[1]["org"] == "default"
