@@ -165,6 +165,21 @@ def kept_claims(claims: Iterable[Claim], started_epoch: int) -> tuple[Claim, ...
     return tuple(sorted({c for c in claims if c[0] >= started_epoch}))
 
 
+def open_claim(fence: Fence | None, epoch: int) -> Claim | None:
+    """The claim of the latest attempt before ``epoch`` that has not ended: no outcome of
+    the invocation, no ``retrying`` of that attempt (nor anything of a later one) accepted.
+    ``None``: a delivery of ``epoch`` is the only live attempt."""
+    if fence is None or fence.finished:
+        return None
+    earlier = [claim for claim in fence.claims if claim[0] < epoch]
+    if not earlier:
+        return None
+    claim = max(earlier)
+    if fence.top >= claim[0] * RANK_BASE + RANK[EventType.RETRYING]:
+        return None
+    return claim
+
+
 def stale(ev: InvocationEvent, reason: str) -> InvocationEvent:
     """The ``stale`` event recorded in place of a refused one."""
     detail = {**(ev.detail or {}), "stale_type": ev.type.value, "stale_reason": reason}

@@ -472,6 +472,7 @@ class ControlPlane:
                 ask_timeout_s=settings.ask_timeout_s,
                 metrics=metrics.invocations,
                 quotas=settings.quotas,
+                lost_after_s=settings.lost_after_s,
             ),
             queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
             fleet=FleetService(

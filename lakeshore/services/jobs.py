@@ -27,6 +27,7 @@ from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, 
 from lakeshore.actors.workers import ListWorkers, Members
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
+from lakeshore.fencing import open_claim
 from lakeshore.model import (
     TERMINAL_STATES,
     DaemonControl,
@@ -40,6 +41,7 @@ from lakeshore.model import (
     Result,
     SubmitAnswer,
     WorkerStatus,
+    now,
 )
 from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.pending import OrgRows, PendingTally
@@ -55,8 +57,10 @@ J = TypeVar("J", bound=Job)
 CATCH_UP_S = 2.0
 _WITH_RESULT = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
 #: How long a daemon leaves a redelivery whose earlier attempt is still held before it
-#: looks again (seconds).
+#: looks again (seconds): at most this, at least the second, else until the holder would
+#: count as lost.
 HELD_RETRY_S = 5.0
+HELD_MIN_RETRY_S = 0.2
 #: Members that can take work now.
 _SERVING = frozenset({WorkerStatus.IDLE, WorkerStatus.BUSY})
 _ENDED = {
@@ -104,6 +108,7 @@ class JobService:
         ask_timeout_s: float,
         quotas: Quotas = DEFAULT_QUOTAS,
         metrics: InvocationMetrics | None = None,
+        lost_after_s: float = 10.0,
     ) -> None:
         self._store, self._results, self._bus = store, results, bus
         self._metrics = metrics
@@ -112,6 +117,7 @@ class JobService:
         self._ask_timeout_s = ask_timeout_s
         self._pending = PendingTally(store, bus, quotas)
         self._waits = ResultWaits(quotas)
+        self._lost_after_s = lost_after_s
 
     async def submit(
         self,
@@ -220,17 +226,24 @@ class JobService:
         """Whether an attempt of ``job_id`` earlier than ``epoch`` is still held by a live
         daemon (asked before a redelivery runs): a delivery count can rise without its
         holder having let go — a peer's NAK, a ``nak`` sent in error — and the invocation
-        must not run twice at once. The latest earlier claim counts; its daemon is live
-        while the registry has not seen it stop or go silent (``lost_after_s``)."""
-        fence = await self._recorder.ask(Unfinished(namespace, job_id))
-        earlier = [claim for claim in (fence.claims if fence else ()) if claim[0] < epoch]
-        if not earlier:
+        must not run twice at once. The latest earlier attempt that has not ended counts
+        (:func:`~lakeshore.fencing.open_claim`: a retried one has); its daemon is live while
+        the registry has not seen it stop or go silent (``lost_after_s``)."""
+        claim = open_claim(await self._recorder.ask(Unfinished(namespace, job_id)), epoch)
+        if claim is None:
             return HeldAnswer()
-        held_epoch, worker = max(earlier)
-        workers = await self._workers.ask(ListWorkers(namespace))
-        if not any(w.id == worker and w.status in COUNTED for w in workers):
+        held_epoch, worker = claim
+        rows = [w for w in await self._workers.ask(ListWorkers(namespace)) if w.id == worker]
+        if not rows or rows[0].status not in COUNTED or rows[0].last_heartbeat is None:
             return HeldAnswer()
-        return HeldAnswer(holder=worker, epoch=held_epoch, retry_s=HELD_RETRY_S)
+        # Judged by its silence, not by its row's status: the registry's sweep marks a
+        # dead daemon lost a tick after ``lost_after_s``, and its redelivery must not wait
+        # for that.
+        left_s = self._lost_after_s - (now() - rows[0].last_heartbeat).total_seconds()
+        if left_s < 0:
+            return HeldAnswer()
+        retry_s = min(HELD_RETRY_S, max(HELD_MIN_RETRY_S, left_s))
+        return HeldAnswer(holder=worker, epoch=held_epoch, retry_s=retry_s)
 
     def open_waits(self, org: str) -> int:
         """The result waits ``org`` holds open now."""

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from msgspec.structs import replace
 
-from lakeshore.fencing import Fence, decide, fence_batch
+from lakeshore.fencing import Fence, decide, fence_batch, open_claim
 from lakeshore.model import EventType, InvocationEvent, InvocationState
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -298,3 +298,34 @@ def test_an_incoming_stale_event_is_recorded_and_changes_nothing() -> None:
 
 def test_an_unknown_invocation_starts_pending() -> None:
     assert Fence().state is InvocationState.PENDING and not Fence().finished
+
+
+def _fence(events: list[InvocationEvent]) -> Fence | None:
+    fence = None
+    for e in events:
+        fence, _ = decide(fence, e)
+    return fence
+
+
+@pytest.mark.parametrize(
+    ("events", "epoch", "held"),
+    [
+        # A running attempt holds a redelivery of a later epoch, not its own or an earlier.
+        ([ev(S), ev(C, 1), ev(ST, 1)], 2, (1, "w1")),
+        ([ev(S), ev(C, 1)], 3, (1, "w1")),
+        ([ev(S), ev(C, 1), ev(ST, 1)], 1, None),
+        # Ended: retried (its redelivery is the retry), finished, or never claimed.
+        ([ev(S), ev(C, 1), ev(ST, 1), ev(RETRY, 1)], 2, None),
+        ([ev(S), ev(C, 1), ev(ST, 1), ev(OK, 1)], 2, None),
+        ([ev(S), ev(C, 1), ev(ST, 1), ev(FAIL, 1)], 2, None),
+        ([ev(S)], 2, None),
+        # The latest earlier attempt counts: 2 runs after 1 was retried.
+        ([ev(S), ev(C, 1), ev(RETRY, 1), ev(C, 2), ev(ST, 2)], 3, (2, "w2")),
+    ],
+)
+def test_an_open_claim_is_the_latest_earlier_attempt_not_yet_ended(events, epoch, held) -> None:
+    assert open_claim(_fence(events), epoch) == held
+
+
+def test_nothing_holds_an_unknown_invocation() -> None:
+    assert open_claim(None, 2) is None
