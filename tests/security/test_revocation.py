@@ -5,9 +5,11 @@ the connections that lack it are cut."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import time
+from collections.abc import AsyncIterator
 
 import msgspec
 import nats
@@ -147,19 +149,7 @@ async def test_a_revoked_daemon_stops_with_one_line_and_tries_no_more(
     settings = DaemonSettings(
         access=await _join(api, token), name="revoked", heartbeat_s=0.2, request_timeout_s=1.0
     )
-    stop = asyncio.Event()
-    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        run_daemon(
-            settings,
-            stop,
-            environ={},
-            on_ready=ready.set_result,
-            token_live=daemon_run.token_check(control_plane.api, token, NS),
-        )
-    )
-    try:
-        await asyncio.wait_for(ready, WAIT_S)
+    async with _checked(settings, control_plane.api, token) as (task, _):
         assert (await api.delete(f"/v1/namespaces/{NS}/tokens/{token_id}"))[0] == 200
         with pytest.raises(Unauthorized) as info:
             await asyncio.wait_for(asyncio.shield(task), WAIT_S)
@@ -171,9 +161,6 @@ async def test_a_revoked_daemon_stops_with_one_line_and_tries_no_more(
         assert tries >= refusal.IN_A_ROW
         await asyncio.sleep(REFUSED_S)  # a window for a retry that must not come
         assert _refusals(caplog) == tries
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
 
 
 async def test_a_daemon_refused_while_its_control_plane_is_away_waits_for_it(
@@ -188,19 +175,7 @@ async def test_a_daemon_refused_while_its_control_plane_is_away_waits_for_it(
         token = (await api.post(f"/v1/namespaces/{NS}/tokens", {"description": "box"}))[1]
         access = await _join(api, token["token"])
     settings = DaemonSettings(access=access, name="patient", heartbeat_s=0.2, request_timeout_s=1.0)
-    stop = asyncio.Event()
-    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        run_daemon(
-            settings,
-            stop,
-            environ={},
-            on_ready=ready.set_result,
-            token_live=daemon_run.token_check(first.api, token["token"], NS),
-        )
-    )
-    try:
-        await asyncio.wait_for(ready, WAIT_S)
+    async with _checked(settings, first.api, token["token"]) as (task, stop):
         # No callout and no API; then NATS restarts and the daemon reconnects to it.
         await first.stop()
         await server.stop()
@@ -220,6 +195,23 @@ async def test_a_daemon_refused_while_its_control_plane_is_away_waits_for_it(
         )
         stop.set()
         assert await asyncio.wait_for(task, WAIT_S) == 0
+
+
+@contextlib.asynccontextmanager
+async def _checked(
+    settings: DaemonSettings, api_url: str, token: str
+) -> AsyncIterator[tuple[asyncio.Task[int], asyncio.Event]]:
+    """An in-process daemon that checks its token with the API when NATS refuses it (as
+    ``lakeshore daemon run`` does), once registered; stopped (within a bound) on exit."""
+    stop = asyncio.Event()
+    ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
+    live = daemon_run.token_check(api_url, token, NS)
+    task = asyncio.create_task(
+        run_daemon(settings, stop, environ={}, on_ready=ready.set_result, token_live=live)
+    )
+    try:
+        await asyncio.wait_for(ready, WAIT_S)
+        yield task, stop
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), WAIT_S)
