@@ -55,12 +55,15 @@ async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
     heir = await daemons.start("heir", queues=[q])
     assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
     [done] = bench.events.of(EventType.SUCCEEDED, q)
-    assert done.worker == heir.id and done.epoch == 2 and first.epoch == 1
-    assert (await bench.result(inv_id, 2)).value == "second run"
+    # The heir hands a redelivery back while the killed daemon has been silent for less
+    # than lost_after_s (it may still be running it: policies/redelivery.py), so with a 1 s
+    # lease it may run under a later epoch than 2 — once.
+    assert done.worker == heir.id and done.epoch >= 2 and first.epoch == 1
+    assert (await bench.result(inv_id, done.epoch)).value == "second run"
     await bench.drained(q)
     await bench.job_state(inv_id, "succeeded")
     job = (await bench.api.get(f"{J}/{inv_id}"))[1]
-    assert job["worker"] == heir.id and job["attempt"] == 2 and job["stale"] == 0
+    assert job["worker"] == heir.id and job["attempt"] == done.epoch and job["stale"] == 0
     async with asyncio.timeout(WAIT_S):
         await heir.running.dispatcher.wait_idle()
 
