@@ -203,7 +203,7 @@ class Claimer:
             await self._refuse(msg, inv, queue)
             return None
         epoch = meta.num_delivered
-        if epoch > 1 and (held := await still_held(self._bus, inv, epoch)):
+        if epoch > 1 and (held := await still_held(self._bus, inv, epoch, self._worker_id)):
             log.info(
                 "%s attempt %d: attempt %d is still held by %s; handed back for %.0f s",
                 inv.id, epoch, held.epoch, held.holder, held.retry_s,
