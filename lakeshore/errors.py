@@ -334,8 +334,13 @@ class NotLeader(Unavailable):
 
     code = "not_leader"
 
-    def __init__(self, reason: str, leader_url: str | None = None) -> None:
+    def __init__(
+        self, reason: str, leader_url: str | None = None, *, landed: frozenset[int] = frozenset()
+    ) -> None:
         self.reason, self.leader_url = reason, leader_url
+        #: Of the images a state-log write was given, the indices the log holds all the
+        #: same (those before the refusal, and any an image that landed supersedes).
+        self.landed = landed
         where = f"; the leader is at {leader_url}" if leader_url else ""
         super().__init__(f"not the leader: {reason}{where}; retry in a second")
 

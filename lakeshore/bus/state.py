@@ -130,24 +130,29 @@ class StateLog:
             The highest sequence they landed at.
 
         Raises:
-            NotLeader: a newer epoch refused them (those before it landed).
+            NotLeader: a newer epoch refused them; its ``landed`` names the indices of
+                ``images`` logged before the refusal.
             Unavailable: NATS did not acknowledge one (those before it landed; it may have).
         """
         latest: dict[str, Image] = {}
-        for image in images:
+        indices: dict[str, list[int]] = {}
+        for index, image in enumerate(images):
             subject = subject_of(image)
             latest.pop(subject, None)
             latest[subject] = image
+            indices.setdefault(subject, []).append(index)
         last = 0
+        landed: list[int] = []
         for subject, image in latest.items():
             try:
                 last = await self._append(subject, image)
-            except NotLeader:
-                raise
+            except NotLeader as e:
+                raise NotLeader(e.reason, e.leader_url, landed=frozenset(landed)) from e
             except Exception as e:  # nats-py's errors have no common base
                 if NatsErrors.store_full(e):
                     raise NatsErrors.full("write a row to the state log") from e
                 raise Unavailable(f"the state log did not take a write: {e}") from e
+            landed += indices[subject]
         return last
 
     async def holds_rows(self) -> bool:

@@ -14,7 +14,9 @@ round trips to NATS rather than one each:
 3. ``COMMIT`` with the log's sequence as the file's position; then every write is answered.
 
 If the log refuses (``NotLeader``: a newer leader) or fails, the batch is rolled back and
-each write fails with that error. A commit that fails after the log took the images (a
+each write fails with that error — except, when a newer leader refused the batch part way,
+the writes whose images all landed before: those are done (the log holds them; this file
+gets them from the projector). A commit that fails after the log took the images (a
 full disk) keeps them, and applies them before anything new is planned. Without a log (a
 store opened on its own, as the store's tests do) the batch is committed as it is.
 """
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import duckdb
 
+from lakeshore.errors import NotLeader, Unavailable
 from lakeshore.futures import mark_retrieved
 from lakeshore.model.images import Image
 from lakeshore.store import _rows, images
@@ -150,6 +153,7 @@ class WriteBatches:
             self._unapplied, self.state_position = None, seq
         outcomes: list[tuple[bool, Any]] = []
         planned: list[Image] = []
+        spans: list[range] = []  # each outcome's images in ``planned``
         seq = None
         con.execute("BEGIN TRANSACTION")
         try:
@@ -158,13 +162,22 @@ class WriteBatches:
                     changes, result = plan(con)
                 except Exception as e:  # the plan's refusal: its write fails, not the batch
                     outcomes.append((False, e))
+                    spans.append(range(0))
                     continue
                 images.apply(con, changes, None)
+                spans.append(range(len(planned), len(planned) + len(changes)))
                 planned += changes
                 outcomes.append((True, result))
             if planned and log is not None:
                 sent = asyncio.run_coroutine_threadsafe(log.append(planned), loop)
-                seq = sent.result(LOG_TIMEOUT_S)
+                try:
+                    seq = sent.result(LOG_TIMEOUT_S)
+                except NotLeader as e:
+                    if not e.landed:
+                        raise
+                    con.execute("ROLLBACK")  # the projector applies what landed
+                    self._queue_rows = None
+                    return _partly_logged(outcomes, spans, e)
                 images.set_position(con, STATE_LOG, seq)
         except BaseException:
             con.execute("ROLLBACK")
@@ -210,6 +223,28 @@ class WriteBatches:
     async def all_images(self) -> list[Image]:
         """Every logged row as an image."""
         return await self._run(images.all_images)
+
+
+def _partly_logged(
+    outcomes: list[tuple[bool, Any]], spans: list[range], refused: NotLeader
+) -> list[tuple[bool, Any]]:
+    """The answers of a batch the log took a part of before a newer leader refused the
+    rest: a write all of whose images landed is done (the log is the truth; the new leader
+    holds it), one none of whose did is refused (safe to send again, to the leader), and
+    one in between is said to be unsure rather than retried into ``already exists``."""
+    answers: list[tuple[bool, Any]] = []
+    for (ok, value), span in zip(outcomes, spans, strict=True):
+        held = sum(index in refused.landed for index in span)
+        if not ok or held == len(span):
+            answers.append((ok, value))
+        elif held == 0:
+            answers.append((False, refused))
+        else:
+            answers.append((False, Unavailable(
+                "the control plane lost its lead while logging this write: part of it "
+                "was taken; read the rows it changes, then retry what is missing"
+            )))  # fmt: skip
+    return answers
 
 
 class _Merged:

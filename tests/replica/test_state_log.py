@@ -5,6 +5,7 @@ Every test that needs NATS runs on a nats-server of its own (a fresh JetStream).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -292,3 +293,103 @@ async def test_a_catch_up_reads_a_replica_of_a_stream_without_quorum(
             assert {n.name for n in await store.list_namespaces()} == {f"ns-{i}" for i in range(20)}
     finally:
         await store.close()
+
+
+async def _deposed_part_way(nc, js, write) -> NotLeader:
+    """Run ``write`` (it logs many images under an epoch) while a newer epoch begins as
+    soon as the first of them lands; the refusal, once one came part way (a run whose
+    images all landed first tries again)."""
+    for attempt in range(1, 6):
+        outcome = await _deposed_run(nc, js, write, attempt)
+        if isinstance(outcome, NotLeader) and outcome.landed:
+            return outcome
+    raise AssertionError("no run was deposed part way in 5 tries")
+
+
+async def _deposed_run(nc, js, write, attempt: int) -> object:
+    old = StateLog(js)
+    await old.begin(attempt * 2 - 1)
+    landed = asyncio.Event()
+
+    async def seen(_: object) -> None:  # a core view of what the stream takes
+        landed.set()
+
+    async def depose() -> None:
+        await landed.wait()
+        await StateLog(js).begin(attempt * 2)
+
+    sub = await nc.subscribe("lsstate.ns.>", cb=seen)
+    try:
+        deposing = asyncio.create_task(depose())
+        try:
+            outcome = await write(old, attempt)
+        except NotLeader as e:
+            outcome = e
+        await deposing
+    finally:
+        await sub.unsubscribe()
+    return outcome
+
+
+async def _stored(js, image: Image) -> bool:
+    try:
+        await js.get_last_msg(STREAM, subject_of(image))
+    except jse.NotFoundError:
+        return False
+    return True
+
+
+async def test_a_log_deposed_part_way_names_the_images_that_landed(nc, js) -> None:
+    batches: dict[int, list[Image]] = {}
+
+    async def write(log: StateLog, attempt: int) -> None:
+        # The same row twice: its first image is held by its second, which lands later.
+        names = [f"n{attempt}-{i}" for i in range(300)] + [f"n{attempt}-0"]
+        batches[attempt] = [_ns(n) for n in names]
+        await log.publish(batches[attempt])
+
+    refused = await _deposed_part_way(nc, js, write)
+    batch = batches[max(batches)]
+    stored = [await _stored(js, image) for image in batch]
+    assert 0 < sum(stored) < len(batch) - 1
+    assert refused.landed == {i for i, held in enumerate(stored) if held}
+    assert 0 not in refused.landed  # its image moved behind the cut, with the last one
+
+
+async def test_a_batch_deposed_part_way_answers_each_write_by_what_the_log_holds(
+    nc, js, tmp_path: Path
+) -> None:
+    store = await open_store(tmp_path / "old.duckdb")
+    projector = Projector(store, StateTail(nc), js)
+    answers: dict[str, BaseException | None] = {}
+
+    async def write(log: StateLog, attempt: int) -> None:
+        await projector.start()
+        await projector.applied(await last_sequence(js))
+        await projector.stop()
+        store.write_through(LeaderWrites(log, projector))
+        names = [f"t{attempt}-{i}" for i in range(300)]
+
+        async def insert(name: str) -> None:
+            try:
+                await store.insert_namespace(Namespace(name=name, org="acme", created_at=T0))
+            except NotLeader as e:
+                answers[name] = e
+                raise
+            answers[name] = None
+
+        answers.clear()
+        await asyncio.gather(*(insert(n) for n in names), return_exceptions=True)
+        taken = frozenset(i for i, n in enumerate(names) if answers[n] is None)
+        if 0 < len(taken) < len(names):  # (before the fix every write was refused)
+            raise NotLeader("part way", landed=taken)
+
+    try:
+        await _deposed_part_way(nc, js, write)
+    finally:
+        await projector.stop()
+        await store.close()
+    taken = {n for n, e in answers.items() if e is None}
+    assert taken and len(taken) < len(answers)
+    for name, error in answers.items():
+        assert await _stored(js, _ns(name)) == (error is None), (name, error)

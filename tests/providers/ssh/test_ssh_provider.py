@@ -230,8 +230,13 @@ async def test_the_credential_and_the_ca_reach_the_daemon_through_stdin_only(fle
             async with asyncio.timeout(WAIT_S):
                 placed, placement = await calls.placed.get()
             pid = int(placement["pid"])
-            # Placed as soon as it is forked: its environment is the daemon's once it execs.
-            await eventually(lambda: runs(pid, worker.id), timeout_s=WAIT_S, what="the exec")
+            # Placed as soon as it is forked; `nohup setsid python …` carries the worker's id
+            # too, and between two execs the environment reads empty: wait for python itself.
+            await eventually(
+                lambda: runs(pid, worker.id) and cmdline(pid)[1:3] == ["-m", "lakeshore"],
+                timeout_s=WAIT_S,
+                what="the daemon's exec",
+            )
             env = environ(pid)
             assert CREDENTIAL_ENV in env, (cmdline(pid), sorted(env))
             assert (env[CREDENTIAL_ENV], env[CA_ENV]) == ("secret-of-direct", ca)
