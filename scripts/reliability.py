@@ -6,7 +6,8 @@ fault suite recorded (``tests/faults/report.py`` writes one JSON per case).
 
 The rows (number, fault, pass criterion) are read from ``../shared/spec/faults.md`` beside
 the repository; without it (a checkout on its own) from the copy below. The records are read
-from ``$LAKESHORE_FAULT_RESULTS`` or ``.fault-results/``. Standard library only.
+from ``$LAKESHORE_FAULT_RESULTS`` or ``.fault-results/``. What the document holds after the
+:data:`KEPT` line (a bench's figures, written by hand) is kept. Standard library only.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ FALLBACK_ROWS: list[tuple[int, str, str]] = [
      "every 2xx submit runs and is recorded once; every retried submit with its key makes "
      "≤ 1 invocation; ready again ≤ 5 s"),
     (7, "DuckDB after SIGKILL during writes (50 times); truncated WAL; a second server on the "
-     "same data dir",
+     "same data dir; server and its NATS SIGKILLed together during keyed submits (issue 21)",
      "reopens with every committed row; a bad WAL refuses to start with a clear message "
      "(never starts with rows missing); the second server exits non-zero ≤ 2 s saying the "
-     "store is in use"),
+     "store is in use; every execution shows as its own attempt"),
     (8, "duplicate submits: 50 concurrent with one key; a retry after a restart; a retry after "
      "the stream's dedup window; same key with another body",
      "exactly one invocation and the same id every time; another body → 409"),
@@ -89,6 +90,10 @@ FALLBACK_ROWS: list[tuple[int, str, str]] = [
      "point)",
      "submits fail 503/507 with the reason; nothing half-written; recovers by itself ≤ 10 s "
      "after space returns"),
+    (23, "one org floods the plane: 100k pending + 1,500 concurrent result waits (HTTP and "
+     "NATS)",
+     "another org's p99 for its reads and its daemons' heartbeats ≤ 2 × idle; 0 5xx to it; "
+     "the flooder gets 429s, not the others"),
 ]  # fmt: skip
 
 #: A row with more cases than this shows their names, not each one's description.
@@ -221,6 +226,17 @@ def render(rows: list[Row], source: str, folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where the hand-written part of the document begins (a bench's figures): kept as it is.
+KEPT = "<!-- not generated: scripts/reliability.py keeps what follows -->"
+
+
+def _kept(out: Path) -> str:
+    """The hand-written part of the document at ``out``, from :data:`KEPT` on (or nothing)."""
+    text = out.read_text(encoding="utf-8") if out.is_file() else ""
+    at = text.find(KEPT)
+    return "" if at < 0 else "\n" + text[at:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=SPEC, help="the fault matrix (markdown)")
@@ -240,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"records of rows the matrix does not have: {sorted({c['row'] for c in unknown})}",
               file=sys.stderr)  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(rows, source, folder), encoding="utf-8")
+    args.out.write_text(render(rows, source, folder) + _kept(args.out), encoding="utf-8")
     ran = sum(bool(r.cases) for r in rows)
     print(f"wrote {args.out} ({ran} of {len(rows)} rows with records)")
     return 0

@@ -214,6 +214,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
         #: workers whose row in memory is newer than the stored one by liveness alone
         self._unsaved: set[str] = set()
         self._flushed_at: datetime | None = None
+        #: the write of heartbeat times under way (see :meth:`_start_flush`)
+        self._flushing: asyncio.Future[None] | None = None
         self._retiring: set[str] = set()
         #: steal leases by worker id, as the controller last set them
         self._leases: dict[str, list[StealGrant]] = {}
@@ -263,8 +265,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._retire(ns, ref)
             case Sweep():
                 lost = await self._sweep(self._clock())
-                await self._flush(self._clock())
-                return lost
+                flushing = await self._start_flush(self._clock())
+                return lost if flushing is None else Later(self._saved_all(flushing, lost))
             case ListWorkers(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
             case Prepare():
@@ -360,15 +362,28 @@ class WorkerRegistry(Actor[WorkerMsg]):
         new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=heard)
         self._rows[worker.id] = new
         self._unsaved.add(worker.id)
-        if (new.status, new.current) != (worker.status, worker.current):
-            # Readers of the rows (``workers ls``) see a change of state at once.
-            await self._store.update_liveness([new])
-            self._unsaved.discard(worker.id)
         if status is WorkerStatus.STOPPED:
             self._retiring.discard(worker.id)
         ts = self._clock()
         steal = [g for g in self._leases.get(worker.id, ()) if g.until > ts]
-        return HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring, steal=steal)
+        reply = HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring, steal=steal)
+        if (new.status, new.current) == (worker.status, worker.current):
+            return reply
+        # Readers of the rows (``workers ls``) see a change of state once the daemon is
+        # answered. Taken in memory now and answered once stored, like a registration: a
+        # write waiting on a busy store holds this daemon's answer, never every other
+        # daemon's heartbeat (nor the controller's tick) behind it in the inbox.
+        saving = asyncio.ensure_future(self._store.update_liveness([new]))
+        await asyncio.sleep(0)  # the write joins the store's queue before the next message's
+        return Later(self._saved(new, saving, reply))
+
+    async def _saved(self, row: Worker, saving: Any, answer: Any) -> Any:
+        """``answer`` once ``saving`` (the write of ``row``) is done; the row is then stored
+        as it is in memory, unless a heartbeat changed it meanwhile."""
+        await saving
+        if self._rows.get(row.id) is row:
+            self._unsaved.discard(row.id)
+        return answer
 
     async def _retire(self, ns: str, ref: str) -> Worker:
         worker = self.find(ns, ref)
@@ -534,28 +549,52 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._unsaved.discard(worker.id)
 
     async def _flush(self, ts: datetime, *, force: bool = False) -> None:
-        """Write the liveness of every worker heard since its row was, in one statement, if
-        ``persist_every_s`` has passed since the last such write (or ``force``).
+        """Write the liveness of every worker heard since its row was (see
+        :meth:`_start_flush`), and wait for it."""
+        if self._flushing is not None:
+            await asyncio.shield(self._flushing)
+        flushing = await self._start_flush(ts, force=force)
+        if flushing is not None:
+            await flushing
 
-        A refusal of the store is logged and the write retried at the next sweep: the rows
-        in memory stay the truth meanwhile.
+    async def _start_flush(
+        self, ts: datetime, *, force: bool = False
+    ) -> asyncio.Future[None] | None:
+        """Start writing the liveness of every worker heard since its row was, in one
+        statement, if ``persist_every_s`` has passed since the last such write (or
+        ``force``) and none is under way; answers the write, or ``None``.
+
+        The write goes on behind the inbox (a store busy with other work must not hold the
+        heartbeats); it has joined the store's queue when this returns, so a later write of
+        a row cannot be overtaken by it. A refusal of the store is logged and the write
+        retried at the next sweep: the rows in memory stay the truth meanwhile.
         """
-        if not self._unsaved:
-            return
+        if not self._unsaved or (self._flushing is not None and not self._flushing.done()):
+            return None
         if (
             not force
             and self._flushed_at is not None
             and ts - self._flushed_at < self._persist_every
         ):
-            return
+            return None
         rows = [self._rows[wid] for wid in self._unsaved]
+        self._flushing = asyncio.ensure_future(self._flushed(rows, ts))
+        await asyncio.sleep(0)  # the write joins the store's queue before the next message's
+        return self._flushing
+
+    async def _flushed(self, rows: list[Worker], ts: datetime) -> None:
         try:
             await self._store.update_liveness(rows)
         except LakeshoreError as e:
             log.warning("heartbeat times of %d worker(s) not written (retried): %s", len(rows), e)
             return
-        self._unsaved.clear()
+        # A worker heard again meanwhile is newer than what was written: it stays unsaved.
+        self._unsaved -= {w.id for w in rows if self._rows.get(w.id) is w}
         self._flushed_at = ts
+
+    async def _saved_all(self, flushing: asyncio.Future[None], answer: Any) -> Any:
+        await asyncio.shield(flushing)
+        return answer
 
     async def _record(self, w: Worker, queue: str, event: str, actor: str | None) -> None:
         await self._store.append_queue_event(

@@ -12,6 +12,10 @@ the claim in the order the data plane fixes:
 An outcome's event is stored before the message is acknowledged: a daemon that dies in
 between leaves a redelivery (fenced as stale), never a finished run nobody recorded.
 
+Every event of one job carries its run id (``detail.run``, a nonce per claim run): a
+delivery count restarted by a server crash can bring the same daemon the same epoch again,
+and the history tells the two executions apart by it (``lakeshore/store/jobs.py``).
+
 The lease is renewed until the claim is settled. Storing the result is tried again
 through a reconnect (for up to ``ack_wait``); a NATS failure that outlasts that is logged
 and left to JetStream: an unacknowledged claim is redelivered after ``ack_wait`` as a new
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -102,6 +107,9 @@ class Job:
         self._out_of_time = False
         #: this job's task while it waits for an outcome's event to be stored
         self._recording: asyncio.Task[Any] | None = None
+        #: this execution's id in every event of it: the epoch alone does not tell two
+        #: executions apart once a crashed server has restarted the delivery count
+        self.run_id = secrets.token_hex(4)
 
     def stop(self, why: Stop) -> None:
         """Stop the run (if it is still running) and settle the claim as ``why`` says;
@@ -278,7 +286,7 @@ class Job:
             attempt=c.epoch,
             worker=self._ctx.worker_id,
             epoch=c.epoch,
-            detail=detail,
+            detail={**detail, "run": self.run_id},
         )
 
 

@@ -163,7 +163,8 @@ class InvocationEvent(Struct, frozen=True, kw_only=True):
     worker: str | None = None
     #: JetStream delivery count of the claim this event belongs to
     epoch: int | None = None
-    #: e.g. ``seq`` (stream sequence), ``error``, ``exit_code``, ``output``, ``stale_type``
+    #: e.g. ``seq`` (stream sequence), ``error``, ``exit_code``, ``output``, ``stale_type``;
+    #: a daemon's events carry ``run``, the id of the execution (one per claim it runs)
     detail: dict[str, Any] | None = None
 
 
@@ -198,17 +199,24 @@ class Result(Struct, frozen=True, kw_only=True):
 
 
 class Attempt(Struct, frozen=True, kw_only=True):
+    """One execution of an invocation: one claim a daemon ran."""
+
+    #: the execution's number: its epoch, or one more than the attempt before it when that
+    #: one had the same epoch (or a later one), so that every execution has its own number
     attempt: int
     worker: str | None
     #: attempt token: stream sequence and epoch
     seq: int | None
+    #: the JetStream delivery count of the claim (two executions share one after an
+    #: unconfirmed ack, or a delivery count restarted by a server crash)
     epoch: int | None
     started_at: datetime | None = None
     ended_at: datetime | None = None
     #: succeeded | failed | retrying | cancelled | stale | running | lost
     outcome: str
-    #: another worker ran the same epoch first (an unconfirmed ack let a second daemon
-    #: claim it): this execution is a duplicate, and its completion is ``stale``
+    #: another execution of the same epoch came first (by another daemon, or by this one
+    #: after a restarted delivery count): at most one of them has its completion accepted,
+    #: the other's is ``stale``
     duplicate: bool = False
 
 

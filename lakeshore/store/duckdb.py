@@ -38,6 +38,8 @@ from lakeshore.store.history import HistoryQueries
 from lakeshore.store.images import Image
 from lakeshore.store.jobs import JobQueries
 from lakeshore.store.keys import KeyQueries
+from lakeshore.store.ranks import Ranks
+from lakeshore.store.reads import LANES, FairReads
 from lakeshore.store.registry import RegistryQueries
 from lakeshore.store.writes import WriteBatches
 
@@ -73,10 +75,18 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
     :mod:`lakeshore.store.jobs`.
     """
 
-    def __init__(self, con: Con, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, con: Con, executor: ThreadPoolExecutor, reads: FairReads | None = None
+    ) -> None:
         self._con = con
         self._executor = executor
         self._closed = False
+        #: the tenants' reads (``None``: they run on the store's thread too)
+        self._reads = reads
+        #: namespace -> org, for the turns of the tenants' reads (a namespace never moves)
+        self._orgs: dict[str, str] = {}
+        #: the pending backlogs' ranks, kept between changes of history
+        self._ranks = Ranks()
         # Every queue row, as all_queues last read them; None once a queue write may have
         # changed them. Touched on the store's thread only (inside ``_run``'s functions).
         self._queue_rows: list[Queue] | None = None
@@ -97,6 +107,22 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
                 raise errors.StoreFull(str(e)) from e
             raise errors.Unavailable(f"the store could not write: {e}") from e
 
+    async def _read(self, namespace: str, fn: Callable[[Con], T]) -> T:
+        """A read of ``namespace``'s history that a tenant asked for: in its org's turn, on
+        a cursor of its own (see :mod:`lakeshore.store.reads`)."""
+        if self._reads is None:
+            return await self._run(fn)
+        if self._closed:
+            raise errors.Unavailable("the store is closed")
+        org = self._orgs.get(namespace)
+        if org is None:
+            row = await self.get_namespace(namespace)
+            # A namespace without a row has no history; its reads take a turn of their own.
+            org = row.org if row is not None else f"namespace {namespace}"
+            if row is not None:
+                self._orgs[namespace] = org
+        return await self._reads.run(org, fn)
+
     async def close(self) -> None:
         """Close the connection after the calls already made, then stop the thread.
 
@@ -106,6 +132,8 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
             return
         await self.close_writes()
         self._closed = True
+        if self._reads is not None:
+            await self._reads.close()
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._con.close)
@@ -313,14 +341,17 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
             _SELECT_WORKER + " WHERE namespace = ? AND (id = ? OR name = ?)"
             " ORDER BY id = ? DESC LIMIT 1"
         )
-        return await self._run(
-            lambda con: _rows.first(con, Worker, sql, [namespace, ref, ref, ref])
+        return await self._read(
+            namespace, lambda con: _rows.first(con, Worker, sql, [namespace, ref, ref, ref])
         )
 
     async def list_workers(self, namespace: str | None = None) -> list[Worker]:
-        """Workers of ``namespace`` (``None``: all), by namespace then name."""
+        """Workers of ``namespace`` (``None``: all, for the registry's start), by namespace
+        then name; a namespace's are a tenant's read (in its org's turn)."""
         sql = _SELECT_WORKER + " WHERE namespace = coalesce(?, namespace) ORDER BY namespace, name"
-        return await self._run(lambda con: _rows.fetch(con, Worker, sql, [namespace]))
+        if namespace is None:
+            return await self._run(lambda con: _rows.fetch(con, Worker, sql, [namespace]))
+        return await self._read(namespace, lambda con: _rows.fetch(con, Worker, sql, [namespace]))
 
     async def delete_worker(self, id: str) -> bool:
         """Returns whether a worker with that id existed."""
@@ -414,7 +445,9 @@ class Store(WriteBatches, JobQueries, KeyQueries, RegistryQueries, HistoryQuerie
             where += " AND ts >= ?"
             params.append(since)
         sql = _rows.select("queue_events", cols) + f" WHERE {where} ORDER BY id DESC LIMIT ?"
-        return await self._run(lambda con: _rows.fetch(con, QueueEvent, sql, [*params, limit]))
+        return await self._read(
+            namespace, lambda con: _rows.fetch(con, QueueEvent, sql, [*params, limit])
+        )
 
     # ---- invocation events and jobs: see lakeshore.store.jobs (mixed in) ------------
 
@@ -542,7 +575,16 @@ async def open_store(path: Path, *, migrations: Sequence[mig.Migration] = mig.MI
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
         raise
-    return Store(con, executor)
+    cursors = await loop.run_in_executor(executor, _cursors, con, LANES)
+    return Store(con, executor, FairReads.open(cursors))
+
+
+def _cursors(con: Con, count: int) -> list[Con]:
+    """Cursors on ``con``'s file for the tenants' reads (made on the store's thread)."""
+    out = [con.cursor() for _ in range(count)]
+    for cursor in out:
+        cursor.execute("SET TimeZone = 'UTC'")
+    return out
 
 
 def _upsert_workers(con: Con, ws: list[Worker]) -> tuple[list[Image], list[Any]]:

@@ -19,6 +19,9 @@ from lakeshore.model.history import Compacted, HistoryPoint
 from lakeshore.store import _rows
 from lakeshore.store import history_sql as q
 
+if TYPE_CHECKING:
+    from lakeshore.store.ranks import Ranks
+
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -117,15 +120,20 @@ class HistoryQueries:
     """The coroutine face of this module, mixed into the store."""
 
     if TYPE_CHECKING:
+        _ranks: Ranks
 
         async def _run(self, fn: Callable[[Con], T]) -> T: ...
+
+        async def _read(self, namespace: str, fn: Callable[[Con], T]) -> T: ...
 
     async def queue_history(
         self, namespace: str, queue: str, since: datetime, until: datetime, every_s: float
     ) -> list[HistoryPoint]:
         """One point per ``every_s`` interval from the one holding ``since`` to the one
         holding ``until``: raw events merged with the compacted per-minute aggregates."""
-        return await self._run(lambda con: points(con, namespace, queue, since, until, every_s))
+        return await self._read(
+            namespace, lambda con: points(con, namespace, queue, since, until, every_s)
+        )
 
     async def compact_history(
         self, raw_before: datetime | None, minutes_before: datetime | None = None
@@ -133,16 +141,20 @@ class HistoryQueries:
         """Fold finished invocations older than ``raw_before`` into per-minute aggregates
         and delete their events (never an unfinished invocation's); delete aggregates
         older than ``minutes_before``. ``None``: keep them."""
-        return await self._run(
-            lambda con: _rows.transaction(con, lambda c: compact(c, raw_before, minutes_before))
-        )
+
+        def committed(con: Con) -> Compacted:
+            done = _rows.transaction(con, lambda c: compact(c, raw_before, minutes_before))
+            self._ranks.changed_all()  # once committed (see ``append_invocation_events``)
+            return done
+
+        return await self._run(committed)
 
     async def export_history(
         self, namespace: str, queue: str | None, since: datetime, path: Path
     ) -> int:
         """Write the namespace's (``queue``'s) events since ``since`` to ``path`` as
         Parquet, every column; answers the number of rows."""
-        return await self._run(lambda con: export(con, namespace, queue, since, path))
+        return await self._read(namespace, lambda con: export(con, namespace, queue, since, path))
 
 
 __all__ = ["HistoryQueries", "bucket_start"]

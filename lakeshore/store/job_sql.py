@@ -88,14 +88,15 @@ UNFINISHED_IDS = (
     " ORDER BY id DESC LIMIT ?"
 )
 # Ahead of a pending job: pending jobs of its queue of higher priority, then older ones.
-# Only the asked ids' ranks leave the database.
-POSITIONS = (
+# Every pending job's rank leaves the database when the backlog has at most ``?`` of them
+# (they are kept, :mod:`.ranks`), else only the asked ids'; each row says the backlog's size.
+RANKS = (
     PENDING
-    + """ SELECT id, position FROM (
+    + """ SELECT id, position, backlog FROM (
         SELECT id, row_number() OVER (ORDER BY priority DESC, submitted_at NULLS LAST, id) - 1
-            AS position
+            AS position, count(*) OVER () AS backlog
         FROM pending
-    ) WHERE id = ANY(?::VARCHAR[])"""
+    ) WHERE backlog <= ? OR id = ANY(?::VARCHAR[])"""
 )
 OLDEST_PENDING = PENDING + " SELECT min(submitted_at) FROM pending"
 EVENTS = (

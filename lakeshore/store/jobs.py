@@ -5,8 +5,9 @@ derived from its accepted (non-``stale``) events exactly as :mod:`lakeshore.fenc
 derives it in memory (the SQL fragments come from :mod:`.fences`): the accepted terminal
 event if any, else the greatest ``(epoch, rank)`` of the non-terminal ones.
 
-The functions run on the store's thread; :class:`JobQueries`, mixed into
-:class:`~lakeshore.store.duckdb.Store`, exposes them and :mod:`.fences` as coroutines.
+The functions run on the store's thread, or (the reads tenants ask for: jobs, a queue's
+activity) on a cursor of the tenants' reads (:mod:`.reads`); :class:`JobQueries`, mixed
+into :class:`~lakeshore.store.duckdb.Store`, exposes them and :mod:`.fences` as coroutines.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lakeshore.store import _rows, fences, images
 from lakeshore.store import job_sql as q
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
 from lakeshore.store.port import JobRecord, QueueActivity
+from lakeshore.store.ranks import Ranks
 
 Con = duckdb.DuckDBPyConnection
 T = TypeVar("T")
@@ -44,6 +46,7 @@ def list_jobs(
     state: InvocationState | None,
     limit: int,
     after: str | None,
+    ranks: Ranks,
 ) -> list[Job]:
     page = [after, after, limit]
     # Pick the page's ids with a cheap query, then aggregate those alone.
@@ -61,7 +64,7 @@ def list_jobs(
             waiting.setdefault(r["queue"], []).append(r["id"])
     ahead: dict[str, int] = {}
     for name, pending in waiting.items():
-        ahead.update(positions(con, namespace, name, pending))
+        ahead.update(ranks.positions(con, namespace, name, pending))
     for r in recs:
         if r["id"] in ahead:
             r["position"] = ahead[r["id"]]
@@ -80,28 +83,15 @@ def _newest_ids(con: Con, sql: str, params: list[Any], limit: int, after: str | 
         rows *= 4
 
 
-def positions(con: Con, namespace: str, queue: str, ids: Sequence[str]) -> dict[str, int]:
-    """How many pending invocations of ``queue`` are ahead of each of ``ids`` that is pending.
-
-    Returns:
-        Pending id → its position (0: the next one delivered); ids not pending are absent.
-    """
-    if not ids:
-        return {}
-    params = [namespace, queue, namespace, queue, list(ids)]
-    return {row[0]: row[1] for row in _all(con, q.POSITIONS, params)}
-
-
-def get_job(con: Con, namespace: str, invocation_id: str) -> JobRecord | None:
+def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRecord | None:
     rows = _by_ids(con, namespace, [invocation_id])
     if not rows:
         return None
     rec = dict(zip(q.JOB_COLUMNS, rows[0], strict=True))
     seq = (_rows.from_json(rec["submitted_detail"]) or {}).get("seq")
     if rec["state"] == InvocationState.PENDING:
-        rec["position"] = positions(con, namespace, rec["queue"], [invocation_id]).get(
-            invocation_id
-        )
+        ahead = ranks.positions(con, namespace, rec["queue"], [invocation_id])
+        rec["position"] = ahead.get(invocation_id)
     events = _all(con, q.EVENTS, [namespace, invocation_id])
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
@@ -146,6 +136,14 @@ _COMPLETIONS = frozenset(
 )
 
 
+def _queues_of(rows: Sequence[tuple[Any, ...] | msgspec.Struct]) -> set[tuple[str, str]]:
+    """The ``(namespace, queue)`` of each event row."""
+    return {
+        (row.namespace, row.queue) if isinstance(row, msgspec.Struct) else (row[0], row[1])  # type: ignore[attr-defined]
+        for row in rows
+    }
+
+
 def _all(con: Con, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     return con.execute(sql, params).fetchall()
 
@@ -175,30 +173,37 @@ def _error(raw: Any) -> RemoteError | None:
     return None
 
 
+#: An execution: ``(epoch, worker, run id)``.
+_Run = tuple[int, str | None, str | None]
+
+
 def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attempt], int]:
     """One attempt per execution, and the number of stale events.
 
-    An execution is a claim: its epoch and the worker that ran it. Two workers may run the
-    same epoch (an ack that was not confirmed, or a delivery count restarted by a server
-    crash): both are shown, the later one marked ``duplicate``. An attempt's outcome is its
-    accepted completion, else ``stale`` if it completed too late, else ``running`` for the
-    newest attempt of an unfinished invocation, else ``lost`` (its daemon vanished and the
-    claim was redelivered).
+    An execution is one claim a daemon ran: its epoch, the worker, and the run id the daemon
+    gives each claim it runs (``detail.run``). One epoch can be run twice: by a second daemon
+    after an ack that was not confirmed, or by the same one after a server crash restarted
+    the delivery count. Every execution is shown, each with its own number (its epoch, or
+    one past the attempt before it), the later ones of an epoch marked ``duplicate``.
+    Events without a run id (a daemon from before run ids) are one execution per epoch and
+    worker. An attempt's outcome is its accepted completion, else ``stale`` if it completed
+    too late, else ``running`` for the newest attempt of an unfinished invocation, else
+    ``lost`` (its daemon vanished and the claim was redelivered).
     """
-    runs: dict[tuple[int, str | None], dict[str, Any]] = {}
+    runs: dict[_Run, dict[str, Any]] = {}
     stale = 0
-    for type_, epoch, attempt, worker, ts, detail in events:
+    for type_, epoch, _attempt, worker, ts, raw in events:
         stale += type_ == EventType.STALE
         if epoch is None:
             continue
-        key = (epoch, worker) if worker is not None else _run_of(runs, epoch)
+        detail = _rows.from_json(raw) or {}
+        key = (epoch, worker, detail.get("run")) if worker is not None else _run_of(runs, epoch)
         a = runs.get(key)
         if a is None:
-            again = any(e == epoch for e, _ in runs)
-            a = runs[key] = {"attempt": attempt, "epoch": epoch, "worker": worker, "seq": None,
-                             "outcome": None, "duplicate": again}  # fmt: skip
-        a["attempt"] = max(a["attempt"], attempt)
-        a["seq"] = a["seq"] or (_rows.from_json(detail) or {}).get("seq")
+            again = any(k[0] == epoch for k in runs)
+            a = runs[key] = {"epoch": epoch, "worker": worker, "seq": None, "outcome": None,
+                             "duplicate": again}  # fmt: skip
+        a["seq"] = a["seq"] or detail.get("seq")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
         if type_ in _COMPLETIONS:
@@ -206,23 +211,28 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         elif type_ == EventType.STALE and a["outcome"] is None:
             a["outcome"], a["ended_at"] = "stale", ts
     ordered = sorted(runs.values(), key=lambda a: a["epoch"])  # stable: claims in time order
+    number = 0
     for a in ordered:
+        number = a["attempt"] = max(a["epoch"], number + 1)
         if a["outcome"] is None:
             a["outcome"] = "running" if a is ordered[-1] and not finished else "lost"
     return [msgspec.convert(a, Attempt) for a in ordered], stale
 
 
-def _run_of(runs: dict[tuple[int, str | None], dict[str, Any]], epoch: int) -> tuple[int, Any]:
+def _run_of(runs: dict[_Run, dict[str, Any]], epoch: int) -> _Run:
     """The execution an event without a worker belongs to: the first of its epoch."""
-    return next((k for k in runs if k[0] == epoch), (epoch, None))
+    return next((k for k in runs if k[0] == epoch), (epoch, None, None))
 
 
 class JobQueries:
     """The coroutine face of this module, mixed into the store."""
 
     if TYPE_CHECKING:
+        _ranks: Ranks
 
         async def _run(self, fn: Callable[[Con], T]) -> T: ...
+
+        async def _read(self, namespace: str, fn: Callable[[Con], T]) -> T: ...
 
     async def append_invocation_events(
         self, rows: Sequence[tuple[Any, ...] | msgspec.Struct], *, batches: Sequence[int] = ()
@@ -255,9 +265,16 @@ class JobQueries:
                 images.set_position(con, images.EVENTS_LOG, done)
             return len(rows)
 
-        if not batches:
-            return await self._run(work)
-        return await self._run(lambda con: _rows.transaction(con, work))
+        changed = _queues_of(rows)
+
+        def committed(con: Con) -> int:
+            appended = _rows.transaction(con, work) if batches else work(con)
+            # Said on the store's thread once committed, before any caller hears of it (and
+            # even if the caller was cancelled meanwhile): no rank is kept from before.
+            self._ranks.changed(changed)
+            return appended
+
+        return await self._run(committed)
 
     async def list_invocation_events(
         self, namespace: str, invocation_id: str
@@ -293,11 +310,16 @@ class JobQueries:
             limit: at most this many.
             after: only ids below this one (the last id of the previous page).
         """
-        return await self._run(lambda con: list_jobs(con, namespace, queue, state, limit, after))
+        return await self._read(
+            namespace,
+            lambda con: list_jobs(con, namespace, queue, state, limit, after, self._ranks),
+        )
 
     async def get_job(self, namespace: str, invocation_id: str) -> JobRecord | None:
         """One job with its attempts and stale count; ``None`` when nothing is recorded."""
-        return await self._run(lambda con: get_job(con, namespace, invocation_id))
+        return await self._read(
+            namespace, lambda con: get_job(con, namespace, invocation_id, self._ranks)
+        )
 
     async def queue_activity(
         self, namespace: str, queue: str, since: datetime, *, unfinished: bool = True
@@ -309,7 +331,9 @@ class JobQueries:
                 stream holds nothing) skips the search for the oldest pending one, and
                 ``oldest_pending_at`` is ``None``.
         """
-        return await self._run(lambda con: queue_activity(con, namespace, queue, since, unfinished))
+        return await self._read(
+            namespace, lambda con: queue_activity(con, namespace, queue, since, unfinished)
+        )
 
     async def fences(self, ids: Sequence[str]) -> dict[Key, Fence]:
         """The Recorder's fences of these invocation ids (absent: never recorded)."""

@@ -92,6 +92,10 @@ async def test_failed_attempts_retry_with_backoff_then_fail_and_leave_the_stream
     assert [(e.attempt, e.detail["delay_s"]) for e in retrying] == [(1, 1.0), (2, 2.0)]
     started = [e for e in events if e.type is EventType.STARTED]
     assert [e.epoch for e in started] == [1, 2, 3]
+    # Each execution's events carry its own run id (the epoch alone may repeat).
+    runs = {(e.epoch, e.detail["run"]) for e in events if e.epoch is not None}
+    assert sorted(epoch for epoch, _ in runs) == [1, 2, 3]
+    assert len({run for _, run in runs}) == 3
     gaps = [(b.ts - a.ts).total_seconds() for a, b in zip(started, started[1:], strict=False)]
     assert gaps[0] >= 1.0 and gaps[1] >= 2.0
     result = await bench.result(inv_id, 3)

@@ -7,6 +7,7 @@ read until it says it is ready; killed by pid (SIGKILL) or by an armed fault poi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -41,11 +42,20 @@ def alive(pid: int) -> bool:
 
 
 class ServerProc:
-    """``lakeshore server --data-dir DIR --port 0`` with its embedded NATS (``--nats-port
-    0``) unless ``nats_url`` is given; ``faults`` arms fault points (``point:exit``)."""
+    """``lakeshore server --data-dir DIR --port 0`` with its embedded NATS (on ``nats_port``,
+    0: a free one each start) unless ``nats_url`` is given; ``faults`` arms fault points
+    (``point:exit``)."""
 
-    def __init__(self, data_dir: Path, *, nats_url: str | None = None, faults: str = "") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        nats_url: str | None = None,
+        faults: str = "",
+        nats_port: int = 0,
+    ) -> None:
         self.data_dir, self.nats_url_flag, self.faults = data_dir, nats_url, faults
+        self.nats_port = nats_port
         self.proc: asyncio.subprocess.Process | None = None
         self.api = self.nats_url = ""
         self.output: list[str] = []
@@ -62,7 +72,11 @@ class ServerProc:
         natsauth.seed(self.data_dir)
         if self.faults:
             env["LAKESHORE_FAULT_POINTS"] = self.faults
-        nats = ["--nats-url", self.nats_url_flag] if self.nats_url_flag else ["--nats-port", "0"]
+        nats = (
+            ["--nats-url", self.nats_url_flag]
+            if self.nats_url_flag
+            else ["--nats-port", str(self.nats_port)]
+        )
         began = time.monotonic()
         self.output = []
         self.proc = await asyncio.create_subprocess_exec(
@@ -121,6 +135,15 @@ class ServerProc:
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
         return await self.died()
+
+    async def kill_with_nats(self) -> int:
+        """SIGKILL the embedded nats-server and the server together: the NATS dies without
+        the graceful stop it makes when its parent dies first (``PR_SET_PDEATHSIG``)."""
+        assert self.proc is not None
+        for pid in self._kids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return await self.kill()
 
     async def stop(self) -> None:
         """SIGTERM (SIGKILL after 15 s) if it still runs; for teardown."""

@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+import socket
 import time
 
 import aiohttp
 import pytest
+from polling import eventually
 from report import record
 from server_proc import LAKESHORE, ServerProc, call
+from tally import TERMINAL, details
 
 Q = "/v1/namespaces/default/queues"
+JOBS = "/v1/namespaces/default/jobs"
 #: SIGKILLs of a server during writes: half the row's 50, for CI's time (each restart
 #: recovers every stream made so far, so a cycle grows from 0.5 s towards 2 s).
 KILLS = 25
@@ -195,4 +199,157 @@ async def test_a_second_server_on_the_same_data_dir_exits_at_once(tmp_path):
         passed=True,
         note=f"exit {code} after {took:.2f}s: "
         + err.strip().splitlines()[-1].replace(str(first.data_dir), "<data-dir>")[:300],
+    )
+
+
+#: Keyed submits of the kill of server and NATS: the issue saw its double runs in 2,000;
+#: 1,200 for CI's time (2,000 took ~70 s on 2 cores, a third of it reading every job's
+#: history). The kill comes mid-way either way, with as many runs in flight.
+SUBMITS = 1_200
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Api:
+    """``get`` as :mod:`tally` calls it, on whichever server runs now."""
+
+    def __init__(self, server: ServerProc, token: str) -> None:
+        self.server, self.token = server, token
+
+    async def get(self, path: str) -> tuple[int, dict]:
+        return await call(self.server.api, self.token, "GET", path)
+
+
+async def _listed(api: _Api) -> list[dict]:
+    out: list[dict] = []
+    after = ""
+    while True:
+        page = f"{JOBS}?queue=work&limit=1000" + (f"&after={after}" if after else "")
+        status, body = await api.get(page)
+        assert status == 200, body
+        out += body["jobs"]
+        if len(body["jobs"]) < 1000:
+            return out
+        after = body["jobs"][-1]["id"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+async def test_every_execution_is_its_own_attempt_after_a_kill_of_server_and_nats(
+    tmp_path, daemons_for
+):
+    """Server and embedded NATS SIGKILLed together during keyed submits, with a daemon
+    running them: the consumer's state may be lost and a finished run delivered again
+    with the same delivery count. Every execution (a line in the run log) must show as
+    its own attempt in its job's history."""
+    rng = random.Random(77)
+    server = ServerProc(tmp_path / "data", nats_port=_free_port())
+    answered: dict[int, str] = {}
+    retries = 0
+    up = asyncio.Event()
+    up.set()
+    began = time.monotonic()
+    async with asyncio.timeout(130):
+        await server.start()
+        token = server.token
+        api = _Api(server, token)
+        daemons = daemons_for(server.nats_url)  # the same NATS port after the restart
+        try:
+            assert (await call(server.api, token, "POST", Q, {"name": "work"}))[0] == 201
+            await daemons.start("d0", "work", concurrency=8)
+
+            async def submit(i: int) -> None:
+                nonlocal retries
+                body = {"fn": "fault_targets:work", "args": [i], "idempotency_key": f"k-{i}"}
+                while True:
+                    await up.wait()
+                    try:
+                        status, answer = await call(
+                            server.api, token, "POST", Q + "/work/invocations", body, timeout_s=10
+                        )
+                    except (aiohttp.ClientError, TimeoutError):
+                        status, answer = 0, None
+                    if 200 <= status < 300:
+                        [answered[i]] = answer["ids"]
+                        return
+                    retries += 1
+                    await asyncio.sleep(0.05)  # a retry's pause, as a caller's would be
+
+            async def submitter() -> None:
+                for start in range(0, SUBMITS, 20):
+                    await asyncio.gather(*(submit(i) for i in range(start, start + 20)))
+
+            async def killer() -> float:
+                target = rng.randint(SUBMITS * 2 // 5, SUBMITS * 3 // 5)
+                await eventually(
+                    lambda: len(answered) >= target, timeout_s=60, what=f"{target} answered"
+                )
+                # The kill lands just after a run ended: its ack, and the deliveries around
+                # it, are still only in the consumer's unflushed state.
+                ran = daemons.runs.stat().st_size if daemons.runs.exists() else 0
+                await eventually(
+                    lambda: daemons.runs.exists() and daemons.runs.stat().st_size > ran,
+                    timeout_s=30,
+                    every_s=0.001,
+                    what="a run ended",
+                )
+                up.clear()
+                await server.kill_with_nats()
+                ready_s = await server.start()
+                up.set()
+                return ready_s
+
+            _, ready_s = await asyncio.gather(submitter(), killer())
+            submitted_s = time.monotonic() - began
+            assert len(answered) == SUBMITS
+            jobs = await eventually(
+                lambda: _listed(api),
+                until=lambda js: len(js) >= SUBMITS and all(j["state"] in TERMINAL for j in js),
+                timeout_s=60,
+                every_s=0.5,
+                what=f"{SUBMITS} jobs finished",
+            )
+            assert {j["id"] for j in jobs} == set(answered.values())  # one invocation per key
+            finished_s = time.monotonic() - began
+            shown = await details(api, answered.values(), window=32)
+        finally:
+            await daemons.stop_all()
+            await server.stop()
+    took_s = time.monotonic() - began
+    executions = daemons.executions()
+    attempts = {i: len(shown[inv]["attempts"]) for i, inv in answered.items()}
+    wrong = {
+        i: (executions.get(i, 0), attempts[i])
+        for i in answered
+        if attempts[i] != executions.get(i, 0)
+    }
+    assert not wrong, (
+        f"(executions, attempts shown) differ for {len(wrong)} jobs: {sorted(wrong.items())[:10]}"
+    )
+    accepted = {
+        i: sum(a["outcome"] == "succeeded" for a in shown[inv]["attempts"])
+        for i, inv in answered.items()
+    }
+    assert set(accepted.values()) == {1}, {i: n for i, n in accepted.items() if n != 1}
+    twice = sorted(i for i, n in executions.items() if n > 1)
+    same_epoch = sum(
+        len({a["epoch"] for a in shown[answered[i]]["attempts"]}) < attempts[i] for i in twice
+    )
+    record(
+        7,
+        "kill-server-and-nats-during-keyed-submits",
+        tried=f"{SUBMITS:,} keyed submits (20 at a time) with a daemon running them; the server "
+        "and its embedded nats-server SIGKILLed together mid-way, restarted on the same data "
+        "dir and NATS port; every unanswered submit retried with its key until 2xx",
+        passed=True,
+        stale=sum(shown[inv]["stale"] for inv in answered.values()),
+        note=f"{SUBMITS:,} jobs for {SUBMITS:,} keys, all succeeded once; {len(twice)} ran "
+        f"more than once ({same_epoch} of them under one epoch), each execution its own attempt "
+        f"(attempts shown = run-log lines for every job); {retries} retried requests; ready "
+        f"again {ready_s:.2f}s after exec; submitted in {submitted_s:.0f}s, all finished at "
+        f"{finished_s:.0f}s, {took_s:.0f}s in all",
     )

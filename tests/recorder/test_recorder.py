@@ -59,6 +59,24 @@ async def test_a_late_completion_from_a_superseded_epoch_is_stale(harness: Harne
     assert [a.outcome for a in record.job.attempts] == ["stale", "succeeded"]
 
 
+async def test_two_executions_of_one_epoch_by_one_daemon_are_two_attempts(
+    harness: Harness,
+) -> None:
+    # A crash lost the ack and restarted the delivery count: the same daemon ran epoch 1
+    # again; its run ids tell the executions apart.
+    await harness.start()
+    first, again = ({"seq": 1, "run": run} for run in ("r1", "r2"))
+    await harness.publish(event("r", S), *(event("r", t, 1, detail=first) for t in (C, ST, OK)))
+    await harness.recorded(
+        await harness.publish(*(event("r", t, 1, detail=again) for t in (C, ST, OK)))
+    )
+    record = await harness.store.get_job(NS, "r")
+    assert record is not None
+    shown = [(a.attempt, a.epoch, a.worker, a.outcome, a.duplicate) for a in record.job.attempts]
+    assert shown == [(1, 1, "w-1", "succeeded", False), (2, 1, "w-1", "stale", True)]
+    assert (record.job.state, record.job.stale, record.result_epoch) == ("succeeded", 1, 1)
+
+
 async def test_a_second_completion_is_stale_in_the_same_fetch_too(harness: Harness) -> None:
     await ensure_events_stream(harness.js)
     await harness.publish(event("d", S), event("d", C, 1), event("d", ST, 1), event("d", OK, 1))

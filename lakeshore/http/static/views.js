@@ -298,14 +298,17 @@ function timeline(job) {
   const t0 = Math.min(...starts, Date.now());
   const t1 = Math.max(t0 + 1, ...attempts.map((a) => t(a.ended_at)));
   return attempts.map((a) => {
-    const stale = a.outcome === "stale" || a.duplicate;
+    // A duplicate (a second execution of one epoch) may be the one whose outcome counted.
+    const stale = a.outcome === "stale";
+    const epoch =
+      a.epoch != null && a.epoch !== a.attempt ? ` <span class="muted">epoch ${a.epoch}</span>` : "";
     const left = a.started_at ? ((t(a.started_at) - t0) / (t1 - t0)) * 100 : 0;
     const width = a.started_at ? ((t(a.ended_at) - t(a.started_at)) / (t1 - t0)) * 100 : 0;
     return `<tr data-attempt="${a.attempt}" class="${stale ? "stale" : ""}">
-      <td class="num">${a.attempt}</td>
+      <td class="num">${a.attempt}${epoch}</td>
       <td>${a.worker && a.worker === job.worker && job.worker_name ? `${h(job.worker_name)} ` : ""}<span class="muted">${h(a.worker || "–")}</span></td>
       <td>${clock(a.started_at)}</td><td>${clock(a.ended_at)}</td>
-      <td>${badge(a.outcome)}${stale ? ` ${badge("stale")}` : ""}</td>
+      <td>${badge(a.outcome)}${a.duplicate ? ` ${badge("duplicate")}` : ""}</td>
       <td><div class="timeline"><div class="bar ${h(stale ? "stale" : a.outcome)}"
         style="left:${left.toFixed(2)}%;width:${width.toFixed(2)}%"></div></div></td></tr>`;
   });

@@ -1,0 +1,102 @@
+"""A job's attempts: one per execution, even when two executions share an epoch (against a
+real DuckDB file)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakeshore.model import EventType
+from lakeshore.store import Store, open_store
+
+T0 = datetime(2025, 3, 4, tzinfo=UTC)
+NS, Q, INV = "ns", "q", "0190aaaa-0000-7000-8000-000000000000"
+E = EventType
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await open_store(tmp_path / "s.duckdb")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _history(store: Store, *steps: tuple[EventType, int, str, str | None]) -> Any:
+    """Record ``submitted`` then ``(type, epoch, worker, run id)`` steps one second apart;
+    the job as the store reads it back."""
+    rows: list[tuple[Any, ...]] = [(NS, Q, INV, T0, E.SUBMITTED, 0, None, None, {"seq": 1})]
+    for n, (type_, epoch, worker, run) in enumerate(steps, 1):
+        detail: dict[str, Any] = {"seq": 1, **({"run": run} if run else {})}
+        if type_ is E.STALE:
+            detail |= {"stale_type": "succeeded", "stale_reason": "already succeeded"}
+        rows.append((NS, Q, INV, T0 + timedelta(seconds=n), type_, epoch, worker, epoch, detail))
+    await store.append_invocation_events(rows)
+    record = await store.get_job(NS, INV)
+    assert record is not None
+    return record
+
+
+def _shown(record: Any) -> list[tuple[int, int | None, str | None, str, bool]]:
+    return [(a.attempt, a.epoch, a.worker, a.outcome, a.duplicate) for a in record.job.attempts]
+
+
+async def test_two_executions_of_one_epoch_by_one_daemon_are_two_attempts(store: Store) -> None:
+    # The daemon ran epoch 1 and acked; a crash lost the ack and restarted the delivery
+    # count, so the same daemon ran it again as epoch 1.
+    record = await _history(
+        store,
+        (E.CLAIMED, 1, "w", "r1"), (E.STARTED, 1, "w", "r1"), (E.SUCCEEDED, 1, "w", "r1"),
+        (E.CLAIMED, 1, "w", "r2"), (E.STARTED, 1, "w", "r2"), (E.STALE, 1, "w", "r2"),
+    )  # fmt: skip
+    assert _shown(record) == [(1, 1, "w", "succeeded", False), (2, 1, "w", "stale", True)]
+    first, second = record.job.attempts
+    assert first.ended_at < second.started_at < second.ended_at
+    assert (record.job.state, record.job.stale, record.result_epoch) == ("succeeded", 1, 1)
+
+
+async def test_overlapping_executions_of_one_epoch_keep_their_own_events(store: Store) -> None:
+    record = await _history(
+        store,
+        (E.CLAIMED, 1, "w", "r1"), (E.STARTED, 1, "w", "r1"),
+        (E.CLAIMED, 1, "w", "r2"), (E.STARTED, 1, "w", "r2"),
+        (E.SUCCEEDED, 1, "w", "r2"), (E.STALE, 1, "w", "r1"),
+    )  # fmt: skip
+    assert _shown(record) == [(1, 1, "w", "stale", False), (2, 1, "w", "succeeded", True)]
+    first, second = record.job.attempts
+    assert (first.started_at, second.started_at) == (
+        T0 + timedelta(seconds=2),
+        T0 + timedelta(seconds=4),
+    )
+    assert record.result_epoch == 1
+
+
+async def test_an_unfinished_second_execution_is_the_running_one(store: Store) -> None:
+    record = await _history(
+        store,
+        (E.CLAIMED, 1, "w", "r1"), (E.STARTED, 1, "w", "r1"), (E.RETRYING, 1, "w", "r1"),
+        (E.CLAIMED, 1, "w", "r2"), (E.STARTED, 1, "w", "r2"),
+    )  # fmt: skip
+    assert _shown(record) == [(1, 1, "w", "retrying", False), (2, 1, "w", "running", True)]
+
+
+async def test_events_without_a_run_id_are_one_execution_per_epoch_and_daemon(
+    store: Store,
+) -> None:
+    # Events of a daemon from before run ids; epoch 1 of another daemon too, and no
+    # event of epochs 2 and 3 recorded: the numbers follow the epochs where they can.
+    record = await _history(
+        store,
+        (E.CLAIMED, 1, "w", None), (E.STARTED, 1, "w", None), (E.RETRYING, 1, "w", None),
+        (E.CLAIMED, 1, "v", None), (E.STALE, 1, "v", None),
+        (E.CLAIMED, 4, "w", None), (E.STARTED, 4, "w", None), (E.SUCCEEDED, 4, "w", None),
+    )  # fmt: skip
+    assert _shown(record) == [
+        (1, 1, "w", "retrying", False), (2, 1, "v", "stale", True),
+        (4, 4, "w", "succeeded", False),
+    ]  # fmt: skip
