@@ -207,10 +207,10 @@ async def test_a_refused_submit_does_not_echo_env_values(api, spec: dict[str, An
     assert SECRET not in json.dumps(body)
 
 
-def test_the_repr_of_everything_carrying_env_masks_its_values():
+async def test_the_repr_of_everything_carrying_env_masks_its_values():
     spec = InvocationSubmit(command=CHECK, env=ENV)
     row = Queue(namespace=NS, name="q", created_at=now(), updated_at=now())
-    [prepared] = admission.prepare(row, [spec], ["inv-1"])
+    [prepared] = await admission.prepare(row, [spec], ["inv-1"])
     invocation = codec.decode(prepared.payload, Invocation)
     shown = [
         spec,

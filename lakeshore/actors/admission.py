@@ -13,9 +13,11 @@ import re
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from lakeshore.actors.turns import pause
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import Invalid, QueueFull, TooLarge
+from lakeshore.ids import new_id
 from lakeshore.model import (
     EventBatch,
     EventType,
@@ -49,8 +51,18 @@ class Prepared:
     spec: InvocationSubmit
 
 
-def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[Prepared]:
-    """Validate every invocation of a submit and encode it with its id; all or nothing.
+async def new_ids(n: int) -> list[str]:
+    """``n`` fresh invocation ids, made in turns (:mod:`lakeshore.actors.turns`)."""
+    ids: list[str] = []
+    for i in range(n):
+        await pause(i)
+        ids.append(new_id())
+    return ids
+
+
+async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[Prepared]:
+    """Validate every invocation of a submit and encode it with its id, in turns
+    (:mod:`lakeshore.actors.turns`); all or nothing.
 
     Raises:
         Invalid: an invocation is malformed (the message says which, by index).
@@ -59,6 +71,7 @@ def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> list[P
     out: list[Prepared] = []
     submitted_at = now()
     for i, spec in enumerate(specs):
+        await pause(i)
         where = f"invocation {i}" if len(specs) > 1 else "the invocation"
         _check(row, spec, where)
         inv_id = ids[i]

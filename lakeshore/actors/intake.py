@@ -29,7 +29,6 @@ from lakeshore.bus.port import Bus, Published
 from lakeshore.errors import InsufficientStorage, LakeshoreError, QueueFull, WrongState
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
-from lakeshore.ids import new_id
 from lakeshore.model import (
     ElasticityKind,
     EventType,
@@ -100,15 +99,15 @@ class Intake:
         """Admit a submit; answers a future settled once it is in (at once unless a full
         ``block`` queue makes it wait in the waiting room)."""
         row = self.admitting()
-        ids = fresh = [new_id() for _ in specs]
-        items = admission.prepare(row, specs, ids)  # refuses a bad batch before any key
+        ids = fresh = await admission.new_ids(len(specs))
+        items = await admission.prepare(row, specs, ids)  # refuses a bad batch before any key
         known: set[str] = set()
         if any(spec.idempotency_key for spec in specs):
             ids, known = await resolve_keys(
                 self._store, self._ns, self._queue, specs, ids,
                 ttl_s=self._key_ttl_s, faults=self._faults,
             )  # fmt: skip
-            items = admission.prepare(row, specs, ids)
+            items = await admission.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
         # A retried key not recorded yet: its first submit may have died between the publish
         # and the events, so its event goes out again (a second one is harmless).

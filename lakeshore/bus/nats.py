@@ -42,8 +42,9 @@ DUPLICATE_WINDOW_S = 600.0
 ERR_STREAM_FULL = 10077
 #: JetStream's error code for a message that is not (or no longer) stored.
 ERR_NO_MESSAGE = 10057
-#: Concurrent publishes in flight per window (sequential publishes are ~5x slower).
-PUBLISH_WINDOW = 500
+#: Concurrent publishes in flight per window (sequential publishes are ~5x slower; a
+#: window's acks come back as one burst of callbacks that other requests wait behind).
+PUBLISH_WINDOW = 100
 #: A claim not kept alive with in_progress() for this long is redelivered (seconds).
 ACK_WAIT_S = 60.0
 #: JetStream API requests about a queue's stream (ensuring it, reading its counts) time

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from lakeshore import collector
 from lakeshore.errors import LakeshoreError
 
 
@@ -115,6 +116,7 @@ def server(**flags: object) -> None:
     # Every file the server writes (store, WAL, logs, NATS store) is its user's alone.
     os.umask(0o077)
     deadline = ExitDeadline()
+    collector.for_a_server()
     try:
         settings = load_server_settings(flags)
         refuse_a_store_in_use(settings.data_dir)
@@ -175,6 +177,7 @@ async def _run(settings, deadline) -> None:
         return
     try:
         api = await plane.serve()
+        collector.settled()
         config = plane.write_client_config()
         click.echo(f"lakeshore control plane: API {api}, NATS {plane.nats_url}")
         if not plane.leading:

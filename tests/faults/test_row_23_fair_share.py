@@ -39,12 +39,14 @@ RATIO = 2.0
 
 _SHARED_LOOP = (
     "B's traffic still shares the control plane's one event loop with A's requests and "
-    "heartbeats: its tenant reads no longer queue on the store's thread (FairReads, Ranks) "
-    "and heartbeats no longer wait on store writes, but every request of B's (hundreds of "
-    "refused waits a second, 5,000-invocation submits) takes loop time that A's requests "
-    "wait behind; on a 2-core host A's p99 rises from a few ms to hundreds (tens of times, not "
-    "2x). The fix needs the heartbeat and controller paths on a loop (or process) of their "
-    "own and a per-org budget of loop time in front of the tenant routes"
+    "heartbeats: B's reads no longer queue on the store's thread (FairReads, Ranks), "
+    "heartbeats no longer wait on store writes, B's batches are prepared and published in "
+    "turns (actors/turns.py) and the collector no longer stops the loop for 100-150 ms many "
+    "times a minute (collector.py), but every request of B's (hundreds of refused waits a "
+    "second, 5,000-invocation submits) still takes loop time that A's requests wait behind: "
+    "on a 2-core host A's p99 rises from a few ms to ~100 (20-40x, not 2x). Meeting 2x needs "
+    "B's submits off the plane (issue 26's data path) and the heartbeat and controller paths "
+    "on a loop or process of their own"
 )
 
 
