@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from lakeshore.actors.turns import pause
 from lakeshore.bus import codec
@@ -38,6 +38,10 @@ _FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 #: An event batch is cut at about this size, well within one NATS message (bytes).
 MAX_EVENT_BATCH_BYTES = 256 * 1024
+#: A ``submitted`` event keeps a function's ``args`` and ``kwargs`` (what ``jobs retry``
+#: submits again) while the invocation's message is at most this big (bytes): the history
+#: is not where large inputs go.
+MAX_KEPT_BODY_BYTES = 64 * 1024
 _encode = codec.encode
 
 
@@ -191,9 +195,13 @@ def submitted_events(
     unless their id is in ``announce``.
 
     The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
-    values reach no event, see :mod:`lakeshore.model.redact`).
+    values reach no event, see :mod:`lakeshore.model.redact`; its keys are kept, so that a
+    retry can ask for them). A submit of several invocations names its ``batch``, the
+    first one's id; a small function's ``args`` and ``kwargs`` are kept for a retry
+    (:data:`MAX_KEPT_BODY_BYTES`).
     """
     ts = now()
+    batch = items[0].id if len(items) > 1 else None
     return [
         InvocationEvent(
             namespace=row.namespace,
@@ -201,19 +209,33 @@ def submitted_events(
             invocation_id=p.id,
             ts=ts,
             type=EventType.SUBMITTED,
-            detail={
-                "seq": pub.seq,
-                "priority": p.spec.priority,
-                "fn": p.spec.fn,
-                "command": p.spec.command,
-                "max_attempts": p.spec.max_attempts,
-                "timeout_s": p.spec.timeout_s,
-                "idempotency_key": p.spec.idempotency_key,
-            },
+            detail=_submitted_detail(p, pub.seq, batch),
         )
         for p, pub in zip(items, published, strict=True)
         if pub is not None and (not pub.duplicate or p.id in announce)
     ]
+
+
+def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any]:
+    spec = p.spec
+    detail: dict[str, Any] = {
+        "seq": seq,
+        "priority": spec.priority,
+        "fn": spec.fn,
+        "command": spec.command,
+        "max_attempts": spec.max_attempts,
+        "timeout_s": spec.timeout_s,
+        "idempotency_key": spec.idempotency_key,
+    }
+    if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
+        detail["args"], detail["kwargs"] = spec.args, spec.kwargs
+    if spec.env:
+        detail["env_keys"] = sorted(spec.env)
+    if batch is not None:
+        detail["batch"] = batch
+    if spec.retry_of is not None:
+        detail["retry_of"] = spec.retry_of
+    return detail
 
 
 def event_batches(

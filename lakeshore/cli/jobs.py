@@ -1,4 +1,4 @@
-"""``lakeshore jobs``: list, inspect, wait for and cancel invocations.
+"""``lakeshore jobs``: list, inspect, wait for, cancel and retry invocations.
 
 ``jobs result`` prints what ``submit --wait`` prints: a command's output (its stdout on
 stdout, its stderr on stderr), or a function's value as JSON. It exits 1, with the error
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -18,18 +20,22 @@ import msgspec
 
 from lakeshore.cli import output, watch
 from lakeshore.cli.context import LakeshoreGroup, run, settings
+from lakeshore.cli.options import key_values
 from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.cli.progress import Progress
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import InvocationState, Job, JobDetail, Result
+from lakeshore.model import InvocationState, Job, JobDetail, JobList, Result
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import RemoteError, failure, poll_result
 
 #: Longest single wait of ``result --wait`` between two looks at the state, in seconds.
 PROGRESS_SLICE_S = 5.0
 
-JOB_COLUMNS = ("ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "SUBMITTED", "PENDING_REASON")
-ATTEMPT_COLUMNS = ("ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME")
+JOB_COLUMNS = ("ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "DURATION", "WHAT", "SUBMITTED",
+               "PENDING_REASON")  # fmt: skip
+ATTEMPT_COLUMNS = ("ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME", "ERROR")
+#: The WHAT column shows a command's argv joined, cut to about this many characters.
+WHAT_CHARS = 40
 
 
 def _attempt(job: Job) -> str:
@@ -41,16 +47,52 @@ def _worker(job: Job) -> str | None:
     return job.worker_name or job.worker
 
 
+def _what(job: Job) -> str | None:
+    """What it runs: the function, or the command's argv joined and shortened."""
+    if job.command is None:
+        return job.fn
+    text = shlex.join(job.command)
+    return text if len(text) <= WHAT_CHARS else text[: WHAT_CHARS - 1] + "…"
+
+
+def _duration(job: Job, now: datetime) -> str | None:
+    """Running: for how long so far; finished: from its start to its end; else nothing."""
+    if job.started_at is None:
+        return None
+    if job.finished_at is not None:
+        return output.duration((job.finished_at - job.started_at).total_seconds())
+    if job.state == InvocationState.RUNNING:
+        return output.duration((now - job.started_at).total_seconds())
+    return None
+
+
 def jobs_table(rows: list[Job]) -> str:
     """``jobs ls``: one line per invocation; WORKER is the worker's name (its id when the
-    worker's row is gone; ``-o json`` has both)."""
+    worker's row is gone; ``-o json`` has both), WHAT the function or the command
+    (shortened), DURATION how long it ran (running: so far)."""
+    at = datetime.now(UTC)
     return output.table(
         JOB_COLUMNS,
         (
-            (j.id, j.queue, j.state, _attempt(j), _worker(j), j.submitted_at, j.pending_reason)
+            (j.id, j.queue, j.state, _attempt(j), _worker(j), _duration(j, at), _what(j),
+             j.submitted_at, j.pending_reason)
             for j in rows
         ),
-    )
+    )  # fmt: skip
+
+
+def jobs_listing(page: JobList) -> str:
+    """``jobs ls``: :func:`jobs_table`, then a line for each batch the jobs came in, counted
+    whole (``batch ID: 200 — 198 succeeded, 2 failed``)."""
+    lines = [jobs_table(page.jobs)]
+    for b in page.batches:
+        states = ", ".join(f"{n} {state}" for state, n in _by_count(b.states))
+        lines.append(f"batch {b.id}: {b.size} — {states}")
+    return "\n".join(lines)
+
+
+def _by_count(states: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(states.items(), key=lambda item: (-item[1], item[0]))
 
 
 def job_block(job: Job) -> str:
@@ -58,7 +100,9 @@ def job_block(job: Job) -> str:
     pairs = msgspec.structs.asdict(job)
     attempts, stale = pairs.pop("attempts", None), pairs.pop("stale", None)
     if (error := pairs.pop("error")) is not None:
-        pairs["error"] = f"{error.type}: {error.message}"
+        pairs["error"] = _error(error)
+    if not pairs.get("retried_by", True):
+        del pairs["retried_by"]
     text = output.block(pairs.items())
     if attempts is None:
         return text
@@ -68,11 +112,24 @@ def job_block(job: Job) -> str:
     table = output.table(
         ATTEMPT_COLUMNS,
         (
-            (a.attempt, a.worker, a.seq, a.epoch, a.started_at, a.ended_at, a.outcome)
+            (
+                a.attempt,
+                a.worker,
+                a.seq,
+                a.epoch,
+                a.started_at,
+                a.ended_at,
+                a.outcome,
+                a.error and _error(a.error),
+            )
             for a in attempts
         ),
     )
     return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
+
+
+def _error(error: Any) -> str:
+    return f"{error.type}: {error.message}"
 
 
 def _indent(text: str) -> str:
@@ -176,7 +233,9 @@ def jobs() -> None:
 @watch.option
 def ls(queue: str | None, state: str | None, limit: int | None, after: str | None) -> None:
     """List invocations, newest first."""
-    watch.run(lambda c: c.jobs_ls(queue=queue, state=state, limit=limit, after=after), jobs_table)
+    watch.run(
+        lambda c: c.jobs_page(queue=queue, state=state, limit=limit, after=after), jobs_listing
+    )
 
 
 @jobs.command("show")
@@ -214,10 +273,26 @@ def cancel(job_id: str) -> None:
     run(lambda c: c.job_cancel(job_id), _cancelled)
 
 
+@jobs.command("retry")
+@click.argument("job_id", metavar="ID")
+@click.option(
+    "--env", multiple=True, metavar="KEY=VALUE",
+    help="A value of the command's env, given again (values are kept nowhere); repeatable.",
+)  # fmt: skip
+def retry(job_id: str, env: tuple[str, ...]) -> None:
+    """Retry a failed, cancelled or dropped invocation.
+
+    Its function or command, arguments, priority, timeout and attempts are submitted again
+    to its queue as a new invocation: `jobs show` links the two (retry_of, retried_by).
+    """
+    given = key_values(env, param_hint="--env", secret=True) if env else None
+    run(lambda c: c.job_retry(job_id, given), lambda j: f"retried {job_id} as {j.id}")
+
+
 def _cancelled(job: Job | JobDetail) -> str:
     if job.state == InvocationState.CANCELLED:
         return f"cancelled {job.id}"
     return f"cancelling {job.id}: its daemon {job.worker or '?'} is told to stop it"
 
 
-__all__ = ["fetch_result", "job_block", "jobs", "jobs_table", "show_result"]
+__all__ = ["fetch_result", "job_block", "jobs", "jobs_listing", "jobs_table", "show_result"]

@@ -30,6 +30,8 @@ from lakeshore.model import (
 
 FORMATS = ("table", "json", "yaml")
 _NONE = "-"
+#: A duration of a minute or more shows its largest unit and the next one.
+_UNITS = (("d", 86400), ("h", 3600), ("m", 60))
 
 
 def emit(fmt: str, body: Any, table: Callable[[], str]) -> None:
@@ -58,6 +60,25 @@ def cell(value: Any) -> str:
     if isinstance(value, dict):
         return _json(value)
     return str(value)
+
+
+def duration(seconds: float | None) -> str | None:
+    """Seconds as people read them: ``12.3ms``, ``1.75s``, ``42s``, ``2m03s``, ``2h05m``,
+    ``3d04h`` (three significant digits under ten seconds); ``None`` stays ``None``."""
+    if seconds is None:
+        return None
+    seconds = max(seconds, 0.0)
+    if seconds < 0.9995:  # above, three digits of milliseconds round to a second
+        return f"{seconds * 1000:.3g}ms" if seconds else "0s"
+    if seconds < 10:
+        return f"{seconds:.3g}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    for (unit, size), (small, small_size) in zip(_UNITS, (*_UNITS[1:], ("s", 1)), strict=True):
+        if whole >= size:
+            return f"{whole // size}{unit}{whole % size // small_size:02d}{small}"
+    raise AssertionError("unreachable: a minute or more has a unit")
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -126,7 +147,12 @@ def queue_detail(q: QueueDetail) -> str:
 
 
 def queue_stats(s: QueueStats) -> str:
-    return block(msgspec.structs.asdict(s).items())
+    """The snapshot as ``key: value``; times (the ``_s`` fields) in human units, their
+    keys without the suffix (``wait_p50: 1.75s``; ``-o json`` has the seconds)."""
+    return block(
+        (k.removesuffix("_s"), duration(v)) if k.endswith("_s") else (k, v)
+        for k, v in msgspec.structs.asdict(s).items()
+    )
 
 
 def queue_events(events: list[QueueEvent], verbose: bool) -> str:

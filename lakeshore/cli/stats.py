@@ -12,15 +12,11 @@ from lakeshore.model.history import QueueHistory
 HEADERS = ("TIME", "SUBMITTED", "STARTED", "SUCCEEDED", "FAILED", "WAIT_P50", "WAIT_P95")
 
 
-def _seconds(value: float | None) -> str | None:
-    return None if value is None else f"{value:.3g}s"
-
-
 def history_table(h: QueueHistory) -> str:
     """One row per interval, oldest first (times in UTC)."""
     rows = [
-        (p.ts, p.submitted, p.started, p.succeeded, p.failed, _seconds(p.wait_p50_s),
-         _seconds(p.wait_p95_s))
+        (p.ts, p.submitted, p.started, p.succeeded, p.failed, output.duration(p.wait_p50_s),
+         output.duration(p.wait_p95_s))
         for p in h.points
     ]  # fmt: skip
     return output.table(HEADERS, rows)

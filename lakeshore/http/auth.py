@@ -16,7 +16,16 @@ PUBLIC_PATHS = frozenset({"/v1/healthz", "/v1/openapi.json", "/readyz"})
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler) -> web.StreamResponse:
-    if request.path not in PUBLIC_PATHS and not dashboard.is_public(request.path):
+    """Identify the caller of every route that asks a token (401 for none or a bad one).
+
+    A path no route matches (404), or a method its path has not (405), answers so with or
+    without a token: the router decided before this middleware runs, the route table is
+    public (``/v1/openapi.json``), and a 401 would send a user hunting for a token when the
+    URL is what is wrong. A known route is checked whatever its path parameters name, so an
+    unknown namespace or another org's is answered only after the token is.
+    """
+    unrouted = request.match_info.http_exception is not None
+    if not unrouted and request.path not in PUBLIC_PATHS and not dashboard.is_public(request.path):
         request[CALLER] = await request.app[ACCESS].identify(request.headers.get("Authorization"))
     return await handler(request)
 

@@ -1,4 +1,4 @@
-"""Job routes: list and show invocations, read their results, cancel them.
+"""Job routes: list and show invocations, read their results, cancel and retry them.
 
 Thin: decode, authorise, call the :class:`~lakeshore.services.JobService`, encode.
 """
@@ -6,22 +6,25 @@ Thin: decode, authorise, call the :class:`~lakeshore.services.JobService`, encod
 from __future__ import annotations
 
 from aiohttp import web
-from msgspec import Struct
 
 from lakeshore.http import query
 from lakeshore.http.auth import caller, namespace
-from lakeshore.http.routes import Routes, reply
+from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import JOBS
-from lakeshore.model import InvocationState, Job, JobDetail, Result, validate_name
+from lakeshore.model import (
+    InvocationState,
+    Job,
+    JobDetail,
+    JobList,
+    Result,
+    RetryRequest,
+    validate_name,
+)
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/jobs"
 #: Longest ``wait_s`` of the result route (seconds).
 MAX_WAIT_S = 600.0
-
-
-class JobList(Struct, frozen=True):
-    jobs: list[Job]
 
 
 @routes.route(
@@ -31,14 +34,15 @@ class JobList(Struct, frozen=True):
 async def list_jobs(request: web.Request) -> web.Response:
     ns = await namespace(request)
     q = request.query
-    jobs = await request.app[JOBS].list(
+    service = request.app[JOBS]
+    jobs = await service.list(
         ns.name,
         queue=validate_name("queue", q["queue"]) if q.get("queue") else None,
         state=query.choice(request, "state", InvocationState),
         limit=query.limit(request, default=100),
         after=query.job_id(request, "after"),
     )
-    return reply(JobList(jobs))
+    return reply(JobList(jobs, await service.batches(ns.name, jobs)))
 
 
 @routes.route("GET", BASE + "/{id}", "One invocation with its attempts", answer=JobDetail)
@@ -72,3 +76,18 @@ async def cancel(request: web.Request) -> web.Response:
         ns.name, request.match_info["id"], caller(request).token_id
     )
     return reply(done.job, status=202 if done.stopping else 200)
+
+
+@routes.route(
+    "POST", BASE + "/{id}/retry",
+    "Retry a failed, cancelled or dropped job: its body submitted again to its queue as a "
+    "new job (``retry_of``); a command's env values are given again in the body",
+    body=RetryRequest, answer=Job, status=202,
+)  # fmt: skip
+async def retry(request: web.Request) -> web.Response:
+    ns = await namespace(request)
+    asked = await decode_body(request, RetryRequest)
+    job = await request.app[JOBS].retry(
+        ns.name, request.match_info["id"], actor=caller(request).token_id, env=asked.env
+    )
+    return reply(job, status=202)

@@ -94,6 +94,9 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_attempts: Annotated[int, Meta(ge=1, le=100)] = 1
     #: a retried submit with the same key is the same invocation
     idempotency_key: Annotated[str, Meta(min_length=1, max_length=200)] | None = None
+    #: the job this one retries: set by the retry route only (a producer's submit naming
+    #: it is refused, so a link always means ``jobs retry`` made it)
+    retry_of: str | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -116,6 +119,16 @@ class FastResult(Struct, frozen=True, kw_only=True):
 
     token: str
     wait_s: Annotated[float, Meta(ge=0, le=600)] = 0.0
+
+
+class RetryRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The retry route's body, optional: the ``env`` values of a command that had some
+    (they are kept nowhere once its message is gone, :mod:`lakeshore.model.redact`)."""
+
+    env: Annotated[dict[EnvName, str], Meta(max_length=MAX_ENV)] | None = None
+
+    __repr__ = redacted_repr
+    __rich_repr__ = redacted_fields
 
 
 class SubmitAnswer(Struct, frozen=True, kw_only=True):
@@ -218,6 +231,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     #: after a restarted delivery count): at most one of them has its completion accepted,
     #: the other's is ``stale``
     duplicate: bool = False
+    #: why this execution failed (its ``retrying``, ``failed`` or ``cancelled`` event's)
+    error: RemoteError | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):
@@ -244,8 +259,34 @@ class Job(Struct, frozen=True, kw_only=True):
     error: RemoteError | None = None
     #: the name of ``worker`` (which is the worker's id), while the worker row exists
     worker_name: str | None = None
+    #: the submit of several invocations this one came in: the first one's id (``None``
+    #: for a submit of one)
+    batch: str | None = None
+    #: the job this one is a retry of (``jobs retry``)
+    retry_of: str | None = None
 
 
 class JobDetail(Job, frozen=True, kw_only=True):
     attempts: list[Attempt] = []
     stale: int = 0
+    #: the retries of this job, oldest first
+    retried_by: list[str] = []
+
+
+class BatchTally(Struct, frozen=True, kw_only=True):
+    """How the invocations of one submit stand: ``jobs ls`` sums a batch up with it."""
+
+    #: the batch's id (its first invocation's)
+    id: str
+    #: how many invocations it has
+    size: int
+    #: how many are in each state (only the states some are in)
+    states: dict[str, int]
+
+
+class JobList(Struct, frozen=True):
+    """A page of ``GET …/jobs``: jobs newest first, and the batches they came in."""
+
+    jobs: list[Job]
+    #: the batches the listed jobs came in, each counted whole
+    batches: list[BatchTally] = []

@@ -131,9 +131,10 @@ class QueueStats(Struct, frozen=True, kw_only=True):
     queue: str
     #: workers pulling from the queue (not lost, not stopped)
     daemon_count: int
-    #: members running an invocation
+    #: members running an invocation: busy by their last heartbeat, and never more than
+    #: ``running`` (a heartbeat lags the acknowledgement of the run it reports)
     busy: int
-    #: busy / daemon_count (0 with no daemons)
+    #: busy / daemon_count (0 with no daemons), to 4 decimals
     utilization: float
     #: invocations queued and not yet delivered
     pending: int
@@ -143,7 +144,8 @@ class QueueStats(Struct, frozen=True, kw_only=True):
     depth: int
     state: QueueState
     max_depth: int | None = None
-    #: seconds since the oldest pending invocation was submitted (null: none pending)
+    #: seconds since the oldest pending invocation was submitted (null: none pending); every
+    #: time here is rounded to the microsecond
     oldest_pending_age_s: float | None = None
     #: invocations submitted in the last 5 minutes
     submitted: int = 0
@@ -157,6 +159,8 @@ class QueueStats(Struct, frozen=True, kw_only=True):
     wait_p95_s: float | None = None
     #: submits waiting for room in a full ``block`` queue now
     waiting_submits: int = 0
+    #: invocations cancelled in the last 5 minutes
+    cancelled: int = 0
 
 
 class QueueEvent(Struct, frozen=True, kw_only=True):

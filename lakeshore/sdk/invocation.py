@@ -284,6 +284,25 @@ class Invocation:
         """:meth:`cancel` as a coroutine."""
         return await sync.acall(self._cancel)
 
+    def retry(self, env: dict[str, str] | None = None) -> Invocation:
+        """Submit it again, as a new invocation linked to this one (it must have failed,
+        been cancelled or been dropped).
+
+        Args:
+            env: the ``env`` values of a command that had some (they are kept nowhere).
+
+        Returns:
+            A handle on the new invocation.
+
+        Raises:
+            Conflict: it is in another state (the message says which).
+        """
+        return sync.call(lambda c: self._retry(c, env))
+
+    async def aretry(self, env: dict[str, str] | None = None) -> Invocation:
+        """:meth:`retry` as a coroutine."""
+        return await sync.acall(lambda c: self._retry(c, env))
+
     async def _wait(self, client: Client, timeout: float | None) -> Result:
         return await wait_result(client, self.id, timeout, namespace=self.namespace)
 
@@ -292,6 +311,10 @@ class Invocation:
 
     async def _cancel(self, client: Client) -> Job:
         return await client.job_cancel(self.id, namespace=self.namespace)
+
+    async def _retry(self, client: Client, env: dict[str, str] | None) -> Invocation:
+        job = await client.job_retry(self.id, env, namespace=self.namespace)
+        return Invocation(job.id, namespace=self.namespace, queue=job.queue)
 
 
 __all__ = [

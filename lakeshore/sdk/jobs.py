@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeshore.model import InvocationSubmit, Job, JobDetail, Result, SubmitAnswer, SubmitBatch
+from lakeshore.model import (
+    InvocationSubmit,
+    Job,
+    JobDetail,
+    JobList,
+    Result,
+    RetryRequest,
+    SubmitAnswer,
+    SubmitBatch,
+)
 from lakeshore.sdk.call import Call
 from lakeshore.sdk.transport import Transport
 
@@ -19,6 +28,13 @@ class _ResultCall(Call["Result | Job"]):
         finished = not isinstance(body, dict) or "ok" in body
         shape: Call[Any] = Call(self._client, Result if finished else Job, self.method, self.path)
         return shape.decode(body)
+
+
+def _listing(
+    queue: str | None, state: str | None, limit: int | None, after: str | None
+) -> dict[str, str | int] | None:
+    given = {"queue": queue, "state": state, "limit": limit, "after": after}
+    return {k: v for k, v in given.items() if v is not None} or None
 
 
 class JobRoutes(Transport):
@@ -63,10 +79,21 @@ class JobRoutes(Transport):
             limit: at most this many, 1–1000 (the server's default is 100).
             after: the last id of the previous page, to read the next one.
         """
-        given = {"queue": queue, "state": state, "limit": limit, "after": after}
-        params: dict[str, str | int] = {k: v for k, v in given.items() if v is not None}
-        path = self._ns(namespace, "jobs")
-        return Call(self, list[Job], "GET", path, key="jobs", params=params or None)
+        params = _listing(queue, state, limit, after)
+        return Call(self, list[Job], "GET", self._ns(namespace, "jobs"), key="jobs", params=params)
+
+    def jobs_page(
+        self,
+        queue: str | None = None,
+        state: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> Call[JobList]:
+        """:meth:`jobs_ls` with the batches the listed jobs came in, each counted whole."""
+        params = _listing(queue, state, limit, after)
+        return Call(self, JobList, "GET", self._ns(namespace, "jobs"), params=params)
 
     def job_show(self, job_id: str, *, namespace: str | None = None) -> Call[JobDetail]:
         """One invocation with its attempts."""
@@ -99,6 +126,24 @@ class JobRoutes(Transport):
             Conflict: the invocation had already finished.
         """
         return Call(self, Job, "POST", self._ns(namespace, "jobs", job_id, "cancel"))
+
+    def job_retry(
+        self, job_id: str, env: dict[str, str] | None = None, *, namespace: str | None = None
+    ) -> Call[Job]:
+        """Retry a failed, cancelled or dropped invocation: its body is submitted again to
+        its queue as a new job whose ``retry_of`` is ``job_id`` (the old one's
+        ``retried_by`` lists it).
+
+        Args:
+            env: the ``env`` values of a command that had some (they are kept nowhere, so
+                they are given again; a missing key is refused).
+
+        Raises:
+            Conflict: it has not finished that way (its state is in the message).
+            Invalid: ``env`` lacks a key the command had.
+        """
+        path = self._ns(namespace, "jobs", job_id, "retry")
+        return Call(self, Job, "POST", path, json=RetryRequest(env=env))
 
 
 __all__ = ["JobRoutes"]

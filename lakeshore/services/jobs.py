@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -26,10 +27,11 @@ from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
 from lakeshore.bus.port import Bus, Feed
-from lakeshore.errors import Conflict, NotFound, QueueNotFound, Unavailable
+from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.fencing import open_claim
 from lakeshore.model import (
     TERMINAL_STATES,
+    BatchTally,
     DaemonControl,
     HeldAnswer,
     InvocationState,
@@ -45,12 +47,14 @@ from lakeshore.model import (
 )
 from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.pending import OrgRows, PendingTally
+from lakeshore.services.retries import retried
 from lakeshore.services.waits import ResultWaits
 from lakeshore.store.port import JobReads, JobRecord
 
 if TYPE_CHECKING:
     from lakeshore.metrics import InvocationMetrics
 
+log = logging.getLogger(__name__)
 #: A job or a job with its attempts.
 J = TypeVar("J", bound=Job)
 #: How long a lookup of an unknown job waits for the Recorder to catch up (seconds).
@@ -137,7 +141,21 @@ class JobService:
             QueueNotFound, WrongState, Invalid, TooLarge, QueueFull: refused; nothing admitted
                 (QueueFull says how many of a batch were).
             QuotaExceeded: the org would have more than ``pending_per_org`` pending.
+            Invalid: an invocation names ``retry_of`` (only :meth:`retry` links a retry).
         """
+        if any(spec.retry_of is not None for spec in invocations):
+            raise Invalid("retry_of is set by the retry route: `lakeshore jobs retry ID`")
+        return await self._submit(namespace, queue, invocations, actor=actor, wait_s=wait_s)
+
+    async def _submit(
+        self,
+        namespace: str,
+        queue: str,
+        invocations: list[InvocationSubmit],
+        *,
+        actor: str | None,
+        wait_s: float,
+    ) -> SubmitAnswer:
         ref = await self._directory.ask(Lookup(namespace, queue))
         org = await self._pending.reserve(namespace, len(invocations))
         try:
@@ -181,6 +199,42 @@ class JobService:
             reasons[name] = await self.pending_reason(namespace, name)
         names = await self._worker_names(namespace, jobs)
         return [_named(_with_reason(j, reasons.get(j.queue)), names) for j in jobs]
+
+    async def batches(self, namespace: str, jobs: list[Job]) -> list[BatchTally]:
+        """How the batches of ``jobs`` stand, each counted whole (not only its listed jobs),
+        in the order they first appear."""
+        return await self._store.batch_tallies(
+            namespace, list(dict.fromkeys(j.batch for j in jobs if j.batch))
+        )
+
+    async def retry(
+        self, namespace: str, job_id: str, *, actor: str | None, env: dict[str, str] | None
+    ) -> Job:
+        """Submit a finished job's body again, to its queue, as a new job linked to it
+        (``retry_of``; the old one lists it in ``retried_by``).
+
+        Args:
+            env: the ``env`` of a command that had one: its values are kept nowhere once
+                its message is gone (:mod:`lakeshore.model.redact`), so they are given again.
+
+        Raises:
+            NotFound: no such job.
+            Conflict: it has not failed, been cancelled or been dropped, or its
+                arguments were too large to keep.
+            Invalid: ``env`` lacks a key the job had (or is given to a function).
+            QueueNotFound, WrongState, QueueFull, QuotaExceeded: as :meth:`submit`.
+        """
+        record = await self._record(namespace, job_id)
+        job = record.job
+        spec = retried(job, record.submitted or {}, env)
+        answer = await self._submit(namespace, job.queue, [spec], actor=actor, wait_s=0.0)
+        [new_id] = answer.ids
+        log.info("job %s retried as %s (attempt 0)", job.id, new_id)
+        return Job(
+            id=new_id, namespace=namespace, queue=job.queue, state=InvocationState.PENDING,
+            fn=spec.fn, command=spec.command, priority=spec.priority,
+            max_attempts=spec.max_attempts, retry_of=job.id,
+        )  # fmt: skip
 
     async def show(self, namespace: str, job_id: str) -> JobDetail:
         """One job with its attempts (and ``pending_reason`` while pending), and its
@@ -285,7 +339,8 @@ class JobService:
             record = await self._record(namespace, job_id)
         job = record.job
         if job.state not in TERMINAL_STATES:
-            return summary(await self._shown(job))
+            shown = summary(await self._shown(job))
+            return _named(shown, await self._worker_names(namespace, [shown]))
         if job.state in _ENDED:
             kind, what = _ENDED[job.state]
             error = job.error or RemoteError(type=kind, message=f"invocation {job.id} {what}")
@@ -443,5 +498,5 @@ def summary(job: Job) -> Job:
     if type(job) is Job:
         return job
     fields = msgspec.structs.asdict(job)
-    del fields["attempts"], fields["stale"]
+    del fields["attempts"], fields["stale"], fields["retried_by"]
     return Job(**fields)

@@ -149,6 +149,8 @@ class QueueService:
         ref = await self._queue(namespace, name)
         row = await ref.ask(GetQueue())
         waiting = await ref.ask(CountWaiting())
+        # The members before the counts: a daemon that finishes in between is still busy
+        # by its last heartbeat, and the counts then bound it (:func:`_stats`).
         members = await self._workers.ask(Members(namespace, row.name))
         live = [w for w in members if w.status is not WorkerStatus.LOST]
         busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
@@ -175,7 +177,16 @@ def _stats(
     at: datetime,
     waiting: int,
 ) -> QueueStats:
+    """One snapshot: ``busy`` is bounded by JetStream's ``running`` of the same read.
+
+    A daemon's status is what its last heartbeat said, seconds old; a daemon running an
+    invocation of this queue holds at least one of its unacknowledged deliveries, so more
+    busy daemons than running invocations means heartbeats not yet sent (a batch just
+    finished), and the utilisation must not report work JetStream no longer has.
+    """
+    busy = min(busy, counts.running)
     oldest = recent.oldest_pending_at
+    age = None if oldest is None else max(0.0, (at - oldest).total_seconds())
     return QueueStats(
         namespace=row.namespace,
         queue=row.name,
@@ -187,11 +198,18 @@ def _stats(
         depth=counts.depth,
         state=row.state,
         max_depth=row.max_depth,
-        oldest_pending_age_s=None if oldest is None else max(0.0, (at - oldest).total_seconds()),
+        oldest_pending_age_s=_microseconds(age),
         submitted=recent.submitted,
         succeeded=recent.succeeded,
         failed=recent.failed,
-        wait_p50_s=recent.wait_p50_s,
-        wait_p95_s=recent.wait_p95_s,
+        wait_p50_s=_microseconds(recent.wait_p50_s),
+        wait_p95_s=_microseconds(recent.wait_p95_s),
         waiting_submits=waiting,
+        cancelled=recent.cancelled,
     )
+
+
+def _microseconds(seconds: float | None) -> float | None:
+    """Seconds to the microsecond: the clocks' resolution, without a quantile's float tail
+    (``1.7521550000000001``)."""
+    return None if seconds is None else round(seconds, 6)

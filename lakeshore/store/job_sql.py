@@ -104,10 +104,27 @@ EVENTS = (
     " WHERE namespace = ? AND invocation_id = ? ORDER BY ts"
 )
 
+# The retries of a job: the newer ids whose submit names it.
+RETRIES = """SELECT invocation_id FROM invocation_events
+    WHERE namespace = ? AND type = 'submitted' AND invocation_id > ?
+        AND json_extract_string(detail, '$.retry_of') = ?
+    GROUP BY invocation_id ORDER BY invocation_id"""
+# The states of one batch's invocations: the batch id and up, whose submit names it.
+BATCH_STATES = (
+    jobs(
+        """namespace = ? AND invocation_id IN (
+        SELECT invocation_id FROM invocation_events
+        WHERE namespace = ? AND type = 'submitted' AND invocation_id >= ?
+            AND json_extract_string(detail, '$.batch') = ?)"""
+    )
+    + " SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state"
+)
+
 WINDOW_COUNTS = """SELECT
     count(DISTINCT invocation_id) FILTER (WHERE type = 'submitted'),
     count(*) FILTER (WHERE type = 'succeeded'),
-    count(*) FILTER (WHERE type = 'failed')
+    count(*) FILTER (WHERE type = 'failed'),
+    count(DISTINCT invocation_id) FILTER (WHERE type = 'cancelled')
     FROM invocation_events WHERE namespace = ? AND queue = ? AND ts >= ?"""
 # The least id of the invocations with a ``started`` event in the window.
 FIRST_STARTED = """SELECT min(invocation_id) FROM invocation_events

@@ -23,6 +23,7 @@ from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
     TERMINAL_STATES,
     Attempt,
+    BatchTally,
     EventType,
     InvocationState,
     Job,
@@ -88,18 +89,36 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
     if not rows:
         return None
     rec = dict(zip(q.JOB_COLUMNS, rows[0], strict=True))
-    seq = (_rows.from_json(rec["submitted_detail"]) or {}).get("seq")
+    submitted = _rows.from_json(rec["submitted_detail"]) or {}
+    seq = submitted.get("seq")
     if rec["state"] == InvocationState.PENDING:
         ahead = ranks.positions(con, namespace, rec["queue"], [invocation_id])
         rec["position"] = ahead.get(invocation_id)
     events = _all(con, q.EVENTS, [namespace, invocation_id])
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
+    # A retry is submitted after its job: only the newer ids can name it.
+    retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
+    rec["retried_by"] = [r[0] for r in retries]
     job = _job(rec, JobDetail)
     result_epoch = next(
         (a.epoch for a in job.attempts if a.outcome == state and state in _RESULT_STATES), None
     )
-    return JobRecord(job=job, seq=seq, result_epoch=result_epoch)
+    return JobRecord(job=job, seq=seq, result_epoch=result_epoch, submitted=submitted)
+
+
+def batch_tallies(con: Con, namespace: str, batches: list[str]) -> list[BatchTally]:
+    """How the invocations of each batch stand, in the order given.
+
+    A batch's invocations have ids from its own (the first) up, which lets the scan skip
+    the older history.
+    """
+    out = []
+    for batch in batches:
+        states = dict(_all(con, q.BATCH_STATES, [namespace, namespace, batch, batch]))
+        if states:
+            out.append(BatchTally(id=batch, size=sum(states.values()), states=states))
+    return out
 
 
 def _by_ids(con: Con, namespace: str, ids: list[str]) -> list[tuple[Any, ...]]:
@@ -112,7 +131,8 @@ def _by_ids(con: Con, namespace: str, ids: list[str]) -> list[tuple[Any, ...]]:
 def queue_activity(
     con: Con, namespace: str, queue: str, since: datetime, unfinished: bool = True
 ) -> QueueActivity:
-    submitted, succeeded, failed = _all(con, q.WINDOW_COUNTS, [namespace, queue, since])[0]
+    [counts] = _all(con, q.WINDOW_COUNTS, [namespace, queue, since])
+    submitted, succeeded, failed, cancelled = counts
     # The invocations started in the window have ids from this one up: the rest of the
     # history (older ids) is skipped by the columns' min/max statistics.
     floor = _rows.scalar(con, q.FIRST_STARTED, [namespace, queue, since])
@@ -126,7 +146,7 @@ def queue_activity(
     p50, p95 = waits if waits and waits[0] is not None else (None, None)
     return QueueActivity(
         submitted=submitted, succeeded=succeeded, failed=failed, wait_p50_s=p50,
-        wait_p95_s=p95, oldest_pending_at=oldest,
+        wait_p95_s=p95, oldest_pending_at=oldest, cancelled=cancelled,
     )  # fmt: skip
 
 
@@ -153,6 +173,8 @@ def _job(rec: dict[str, Any], type_: type[T]) -> T:
     failed = _rows.from_json(rec.pop("failed_detail")) or {}
     rec["fn"] = submitted.get("fn")
     rec["command"] = submitted.get("command")
+    rec["batch"] = submitted.get("batch")
+    rec["retry_of"] = submitted.get("retry_of")
     rec["max_attempts"] = submitted.get("max_attempts") or 1
     rec["error"] = _error(failed.get("error"))
     if rec["state"] == InvocationState.CANCELLED and failed.get("reason"):
@@ -208,6 +230,8 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a["started_at"] = ts
         if type_ in _COMPLETIONS:
             a["outcome"], a["ended_at"] = type_, ts
+            if (error := _error(detail.get("error"))) is not None:
+                a["error"] = error
         elif type_ == EventType.STALE and a["outcome"] is None:
             a["outcome"], a["ended_at"] = "stale", ts
     ordered = sorted(runs.values(), key=lambda a: a["epoch"])  # stable: claims in time order
@@ -320,6 +344,10 @@ class JobQueries:
         return await self._read(
             namespace, lambda con: get_job(con, namespace, invocation_id, self._ranks)
         )
+
+    async def batch_tallies(self, namespace: str, batches: list[str]) -> list[BatchTally]:
+        """How the invocations of each of these batches stand (an unknown one is left out)."""
+        return await self._read(namespace, lambda con: batch_tallies(con, namespace, batches))
 
     async def queue_activity(
         self, namespace: str, queue: str, since: datetime, *, unfinished: bool = True

@@ -19,6 +19,7 @@ from msgspec import Struct
 
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
+    BatchTally,
     InvocationState,
     Job,
     JobDetail,
@@ -38,6 +39,8 @@ class JobRecord(Struct, frozen=True, kw_only=True):
     seq: int | None = None
     #: epoch of the accepted ``succeeded``/``failed``: the key of its ``Result``
     result_epoch: int | None = None
+    #: the detail of its ``submitted`` event: what a retry submits again
+    submitted: dict[str, Any] | None = None
 
 
 class QueueActivity(Struct, frozen=True, kw_only=True):
@@ -51,6 +54,7 @@ class QueueActivity(Struct, frozen=True, kw_only=True):
     wait_p95_s: float | None = None
     #: ``submitted_at`` of the oldest invocation pending now (at any time, not just the window)
     oldest_pending_at: datetime | None = None
+    cancelled: int = 0
 
 
 class StoredKey(Struct, frozen=True, kw_only=True):
@@ -217,6 +221,8 @@ class JobReads(Protocol):
     ) -> list[Job]: ...
 
     async def get_job(self, namespace: str, invocation_id: str) -> JobRecord | None: ...
+
+    async def batch_tallies(self, namespace: str, batches: list[str]) -> list[BatchTally]: ...
 
     async def queue_activity(
         self, namespace: str, queue: str, since: datetime, *, unfinished: bool = True

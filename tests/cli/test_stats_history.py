@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -17,6 +18,7 @@ from support import daemon_process
 from lakeshore.actors.compaction import Compact
 from lakeshore.actors.recorder import WaitRecorded
 from lakeshore.bus import subjects
+from lakeshore.cli import output
 from lakeshore.cli.exits import USAGE
 from lakeshore.sdk import Client
 
@@ -63,6 +65,43 @@ async def test_stats_counts_each_interval_of_real_runs(cli, finished) -> None:
         "TIME", "SUBMITTED", "STARTED", "SUCCEEDED", "FAILED", "WAIT_P50", "WAIT_P95",
     ]  # fmt: skip
     assert sum(int(row.split()[4]) for row in table[1:]) == 2  # SUCCEEDED (TIME is two words)
+
+
+#: A duration as the CLI prints one: ``12.3ms``, ``1.75s``, ``42s``, ``2m03s``, ``1h05m``.
+HUMAN = re.compile(r"\d+(\.\d+)?(ms|s)|\d+[mhd]\d\d[smh]")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, None), (0.0, "0s"), (0.000001, "0.001ms"), (0.0123456, "12.3ms"),
+        (0.9999, "1s"), (1.7521550000000001, "1.75s"), (9.9999, "10s"), (42.7, "42s"),
+        (123.4, "2m03s"), (3900, "1h05m"), (273600, "3d04h"), (-0.5, "0s"),
+    ],
+)  # fmt: skip
+def test_durations_are_shown_in_human_units(seconds, shown) -> None:
+    assert output.duration(seconds) == shown
+
+
+async def test_queue_stats_are_one_snapshot_with_times_people_read(cli, finished) -> None:
+    body = json.loads((await cli("queues", "stats", QUEUE, "-o", "json")).stdout)
+    counts = ("submitted", "succeeded", "failed", "cancelled", "pending", "running", "busy")
+    assert {k: body[k] for k in counts} == {
+        "submitted": 3, "succeeded": 2, "failed": 1, "cancelled": 0, "pending": 0,
+        "running": 0, "busy": 0,
+    }  # fmt: skip
+    assert body["utilization"] == 0.0
+    for key in ("wait_p50_s", "wait_p95_s"):
+        assert body[key] == round(body[key], 6), (key, body[key])
+    shown = dict(
+        line.split(":", 1) for line in (await cli("queues", "stats", QUEUE)).stdout.splitlines()
+    )
+    assert shown["cancelled"].strip() == "0" and shown["oldest_pending_age"].strip() == "-"
+    for key in ("wait_p50", "wait_p95"):
+        assert HUMAN.fullmatch(shown[key].strip()), (key, shown[key])
+    table = (await cli("stats", QUEUE, "--since", "5m", "--every", "1m")).stdout.splitlines()
+    waits = [row.split()[-2:] for row in table[1:] if row.split()[-1] != "-"]
+    assert waits and all(HUMAN.fullmatch(w) for row in waits for w in row), waits
 
 
 @pytest.mark.parametrize(

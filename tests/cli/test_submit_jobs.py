@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -14,11 +15,11 @@ from click.testing import CliRunner, Result
 from support import daemon_process
 
 from lakeshore.actors.recorder import WaitRecorded
-from lakeshore.bus import subjects
+from lakeshore.bus import codec, subjects
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
-from lakeshore.cli.jobs import jobs_table, show_result
+from lakeshore.cli.jobs import jobs_listing, jobs_table, show_result
 from lakeshore.cli.main import lakeshore
-from lakeshore.model import Invocation
+from lakeshore.model import BatchTally, EventBatch, EventType, Invocation, InvocationEvent, JobList
 from lakeshore.model import Job as ModelJob
 from lakeshore.model import Result as ModelResult
 
@@ -197,7 +198,8 @@ async def test_jobs_ls_shows_submitted_invocations_newest_first(cli, queue, cont
     await caught_up(control_plane, js)
     header, *rows = (await cli("jobs", "ls")).stdout.strip().splitlines()
     assert header.split() == [
-        "ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "SUBMITTED", "PENDING_REASON"
+        "ID", "QUEUE", "STATE", "ATTEMPT", "WORKER", "DURATION", "WHAT", "SUBMITTED",
+        "PENDING_REASON",
     ]  # fmt: skip
     assert [r.split()[:5] for r in rows] == [
         [second, queue, "pending", "0/1", "-"],
@@ -218,6 +220,118 @@ def test_jobs_ls_shows_the_workers_name_or_its_id_once_the_row_is_gone():
     header, *rows = [line.split() for line in table.splitlines()]
     at = header.index("WORKER")
     assert [r[at] for r in rows] == ["trainer-7", "w-0123456789ab", "-"]
+
+
+def test_jobs_ls_says_what_runs_and_for_how_long():
+    at = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+    argv = ["python", "train.py", "--epochs", "100", "--data", "/datasets/imagenet/train"]
+    rows = [
+        ModelJob(id="a", namespace="d", queue="q", state="succeeded", fn="pkg.mod:train",
+                 started_at=at, finished_at=at + timedelta(minutes=3, seconds=4)),
+        ModelJob(id="b", namespace="d", queue="q", state="failed", command=argv,
+                 started_at=at, finished_at=at + timedelta(seconds=4.25)),
+        ModelJob(id="c", namespace="d", queue="q", state="running", command=["true"],
+                 started_at=datetime.now(UTC) - timedelta(hours=2, minutes=5, seconds=1)),
+        ModelJob(id="d", namespace="d", queue="q", state="pending", fn="m:f"),
+    ]  # fmt: skip
+    header, *lines = jobs_table(rows).splitlines()
+    duration, what = header.index("DURATION"), header.index("WHAT")
+    cells = [(line[duration:what].strip(), line[what:].split("  ")[0]) for line in lines]
+    assert cells == [
+        ("3m04s", "pkg.mod:train"),
+        ("4.25s", "python train.py --epochs 100 --data /da…"),
+        ("2h05m", "true"),
+        ("-", "m:f"),
+    ]
+
+
+def test_jobs_ls_sums_up_each_batch_under_the_table():
+    def job(i: str, state: str, batch: str | None = None) -> ModelJob:
+        return ModelJob(id=i, namespace="d", queue="q", state=state, fn="m:f", batch=batch)
+
+    page = JobList(
+        jobs=[job("c", "failed", "a"), job("b", "succeeded", "a"), job("x", "pending")],
+        batches=[BatchTally(id="a", size=200, states={"succeeded": 198, "failed": 2})],
+    )
+    text = jobs_listing(page)
+    assert text.splitlines()[:4] == jobs_table(page.jobs).splitlines()
+    assert text.splitlines()[-1] == "batch a: 200 — 198 succeeded, 2 failed"
+
+
+async def test_jobs_ls_of_a_batch_has_its_summary_line(cli, queue, control_plane, js, api):
+    body = {"invocations": [{"command": ["true"]} for _ in range(3)]}
+    status, answer = await api.post(f"{Q}/{queue}/invocations", body)
+    assert status == 202, answer
+    await caught_up(control_plane, js)
+    out = (await cli("jobs", "ls")).stdout
+    assert out.splitlines()[-1] == f"batch {answer['ids'][0]}: 3 — 3 pending"
+    listed = json.loads((await cli("jobs", "ls", "-o", "json")).stdout)
+    assert {j["batch"] for j in listed["jobs"]} == {answer["ids"][0]}
+
+
+async def test_jobs_retry_of_a_cancelled_command_links_both_ways(cli, queue, control_plane, js):
+    old = (await cli("submit", "-q", queue, "--env", "K=v1", "--", "echo", "hi")).stdout.strip()
+    await caught_up(control_plane, js)
+    await cli("jobs", "cancel", old)
+    refused = await cli("jobs", "retry", old, expect=API_ERROR)
+    assert refused.stderr.startswith("error: ") and "env K" in refused.stderr
+    out = (await cli("jobs", "retry", old, "--env", "K=v2")).stdout
+    new = out.split()[-1]
+    assert out == f"retried {old} as {new}\n"
+    await caught_up(control_plane, js)
+    [msg] = await stored(js)
+    assert (msg.id, msg.command, msg.env) == (new, ["echo", "hi"], {"K": "v2"})
+    shown_old = json.loads((await cli("jobs", "show", old, "-o", "json")).stdout)
+    assert shown_old["retried_by"] == [new]
+    shown_new = (await cli("jobs", "show", new)).stdout
+    lines = dict(line.split(":", 1) for line in shown_new.splitlines() if ":" in line)
+    assert lines["retry_of"].strip() == old
+    again = await cli("jobs", "retry", new, expect=API_ERROR)
+    assert f"job {new!r} is pending" in again.stderr
+
+
+async def test_jobs_show_lists_the_error_of_every_attempt(cli, api, queue, control_plane, js):
+    job_id = (await cli("submit", "-q", queue, "--fn", "m:f", "--max-attempts", "2")).stdout.strip()
+    events = []
+    for epoch, kind in ((1, EventType.RETRYING), (2, EventType.FAILED)):
+        error = {"type": "builtins.ValueError", "message": f"bad {epoch}"}
+        for t, detail in ((EventType.STARTED, {}), (kind, {"error": error})):
+            events.append(InvocationEvent(
+                namespace="default", queue=queue, invocation_id=job_id, ts=datetime.now(UTC),
+                type=t, attempt=epoch, epoch=epoch, worker=f"w-{epoch}", detail=detail,
+            ))  # fmt: skip
+    await js.publish(
+        subjects.event_subject("default", queue), codec.encode(EventBatch(events=events))
+    )
+    await caught_up(control_plane, js)
+    out = (await cli("jobs", "show", job_id)).stdout
+    header, first, second = out.split("attempts: 2\n")[1].strip().splitlines()
+    assert header.split()[-1] == "ERROR"
+    assert first.endswith("retrying  builtins.ValueError: bad 1")
+    assert second.endswith("failed    builtins.ValueError: bad 2")
+
+
+async def test_jobs_result_of_a_running_job_names_its_worker(
+    cli, queue, control_plane, js, register
+):
+    worker = await register("trainer-7", queues=[queue])
+    job_id = (await cli("submit", "-q", queue, "--fn", "m:f")).stdout.strip()
+    started = [
+        InvocationEvent(namespace="default", queue=queue, invocation_id=job_id,
+                        ts=datetime.now(UTC), type=t, attempt=1, epoch=1, worker=worker.id)
+        for t in (EventType.CLAIMED, EventType.STARTED)
+    ]  # fmt: skip
+    await js.publish(
+        subjects.event_subject("default", queue), codec.encode(EventBatch(events=started))
+    )
+    await caught_up(control_plane, js)
+    waited = await cli("jobs", "result", job_id, "-o", "json", expect=API_ERROR)
+    body = json.loads(waited.stdout)
+    assert (body["state"], body["worker"], body["worker_name"]) == (
+        "running",
+        worker.id,
+        "trainer-7",
+    )
 
 
 async def test_jobs_ls_filters_and_pages(cli, api, queue, control_plane, js):
@@ -272,7 +386,7 @@ async def test_jobs_cancel_a_pending_job(cli, queue, control_plane, js):
 
 
 async def test_jobs_of_an_unknown_id_exit_1(cli):
-    for verb in ("show", "result", "cancel"):
+    for verb in ("show", "result", "cancel", "retry"):
         result = await cli("jobs", verb, "0192f0c0-0000-7000-8000-000000000000", expect=API_ERROR)
         assert result.stderr.startswith("error: "), verb
 
@@ -358,7 +472,9 @@ async def test_jobs_result_and_show_after_the_run(cli, queue, daemon, control_pl
     shown = (await cli("jobs", "show", job_id)).stdout
     assert "state:" in shown and "succeeded" in shown
     header, row = shown.split("attempts: 1\n")[1].strip().splitlines()
-    assert header.split() == ["ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME"]
-    assert row.split()[0] == "1" and row.split()[-1] == "succeeded"
+    assert header.split() == [
+        "ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME", "ERROR"
+    ]  # fmt: skip
+    assert row.split()[0] == "1" and row.split()[-2:] == ["succeeded", "-"]
     [line] = [r for r in (await cli("jobs", "ls")).stdout.splitlines() if r.startswith(job_id)]
     assert line.split()[2:4] == ["succeeded", "1/1"]

@@ -175,3 +175,19 @@ async def test_the_jobs_view_updates_by_itself_when_a_job_finishes(page: Page, a
     gate.touch()
     await expect(state).to_have_text("succeeded")
     assert await page.evaluate("performance.getEntriesByType('navigation').length") == loads
+
+
+async def test_the_retry_button_opens_a_new_job_linked_to_the_old_one(page: Page, api):
+    assert (await api.post(f"{NS}/queues", {"name": "redo"}))[0] == 201  # no daemon: it waits
+    job = await submit(api, "redo", command=["true"])
+    assert (await api.post(f"{NS}/jobs/{job}/cancel", {}))[0] == 200
+    await show(page, f"#/job/{job}")
+    await expect(page.locator("#job-state")).to_have_text("cancelled")
+    await page.get_by_role("button", name="retry").click()
+    await expect(page).not_to_have_url(re.compile(f"#/job/{job}$"))
+    new = page.url.rsplit("/", 1)[-1]
+    await expect(page.locator("#view")).to_contain_text(re.compile(f"retry of\\s*{job}"))
+    _, old = await api.get(f"{NS}/jobs/{job}")
+    assert old["retried_by"] == [new]
+    _, fresh = await api.get(f"{NS}/jobs/{new}")
+    assert fresh["retry_of"] == job and fresh["command"] == ["true"]

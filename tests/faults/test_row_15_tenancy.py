@@ -22,6 +22,7 @@ BODIES = {
     ("post", "/v1/namespaces/{ns}/queues"): {"name": "made-by-matrix"},
     ("patch", "/v1/namespaces/{ns}/queues/{name}"): {"description": "patched"},
     ("post", "/v1/namespaces/{ns}/queues/{name}/invocations"): {"fn": "m:f"},
+    ("post", "/v1/namespaces/{ns}/jobs/{id}/retry"): {},
     ("post", "/v1/namespaces/{ns}/workers/{id}/queues"): {"add": ["q"]},
     ("post", "/v1/namespaces/{ns}/daemons"): {"name": "dd", "provider": "p"},
     ("post", "/v1/namespaces/{ns}/daemons/join"): {},

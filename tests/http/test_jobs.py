@@ -303,3 +303,12 @@ async def test_jobs_carry_their_workers_name_asked_once_per_listing(
     }
     status, body = await jobs.api.get(f"{J}/{a}")
     assert status == 200 and (body["worker"], body["worker_name"]) == (worker.id, "trainer-7")
+
+
+async def test_the_result_of_a_running_job_names_its_worker(jobs: Jobs, register) -> None:
+    worker = await register("trainer-7", queues=["q"])
+    [inv] = await jobs.submit("q")
+    await jobs.daemon("q", inv, (EventType.CLAIMED, 1), (EventType.STARTED, 1), worker=worker.id)
+    status, body = await jobs.api.get(f"{J}/{inv}/result")
+    assert (status, body["state"]) == (202, "running")
+    assert (body["worker"], body["worker_name"]) == (worker.id, "trainer-7")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lakeshore.http.app import ROUTE_MODULES
 
 
@@ -47,3 +49,34 @@ async def test_too_large_body_is_a_413(api):
         "POST", "/v1/namespaces/default/queues", data=b"{" + b" " * (5 * 1024 * 1024) + b"}"
     )
     assert status == 413 and body["error"]["code"] == "too_large"
+
+
+UNKNOWN_ROUTES = ["/v1/nope", "/v1/namespaces/x/bogus", "/v1/namespaces/default/queues/q/bogus"]
+
+
+@pytest.mark.parametrize("path", UNKNOWN_ROUTES)
+@pytest.mark.parametrize("token", ["admin", "lsk_bogus", None])
+async def test_an_unknown_route_is_a_404_with_or_without_a_token(api, path, token):
+    secret = api.token if token == "admin" else token
+    status, body = await api.request("GET", path, token=secret)
+    assert (status, body["error"]["code"]) == (404, "not_found"), body
+    assert path in body["error"]["message"] and "/v1/openapi.json" in body["error"]["message"]
+
+
+async def test_known_routes_still_ask_a_token(api):
+    # An unknown namespace on a known route is refused before anything is looked up: a
+    # caller without a token learns nothing about which namespaces exist.
+    for path in ("/v1/namespaces/x/queues", "/v1/namespaces/default/queues/q/stats", "/metrics"):
+        for token in (None, "lsk_bogus"):
+            status, body = await api.request("GET", path, token=token)
+            assert (status, body["error"]["code"]) == (401, "unauthorized"), (path, token)
+    async with api._session.get(api.base + "/dashboard/app.js") as r:
+        assert r.status == 200
+    bearer = {"Authorization": f"Bearer {api.token}"}
+    async with api._session.get(api.base + "/metrics", headers=bearer) as r:
+        assert r.status == 200
+
+
+async def test_a_method_its_path_lacks_is_a_405_without_a_token(api):
+    status, body = await api.request("PUT", "/v1/namespaces/default/queues", token=None)
+    assert (status, body["error"]["code"]) == (405, "method_not_allowed")

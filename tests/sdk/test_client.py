@@ -200,6 +200,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.job_show("x"),
         c.job_result("x"),
         c.job_cancel("x"),
+        c.job_retry("x"),
         c.controller_status(),
         c.queue_history("x"),
     ]

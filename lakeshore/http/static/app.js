@@ -72,6 +72,11 @@ function onClick(event) {
     if (confirm(`Cancel job ${d.cancel}?`)) {
       act(() => api("POST", `${nsPath()}/jobs/${enc(d.cancel)}/cancel`));
     }
+  } else if (d.retry) {
+    act(async () => {
+      const { data } = await api("POST", `${nsPath()}/jobs/${enc(d.retry)}/retry`);
+      location.hash = `#/job/${enc(data.id)}`;
+    });
   } else if (d.stop) {
     if (confirm("Stop this daemon? It finishes its current job, then exits.")) {
       act(() => api("DELETE", `${nsPath()}/workers/${enc(d.stop)}`));

@@ -21,6 +21,8 @@ import {
 const SAMPLES = new Map();
 const MAX_SAMPLES = 400;
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
+// What the retry route takes: a job that ended without its value.
+const RETRIED = new Set(["failed", "cancelled", "dropped"]);
 const JOB_STATES = ["pending", "running", ...TERMINAL];
 const QUEUE_STATES = ["active", "draining", "archived", "paused"];
 // Stats are one request per queue: past this many rows the table shows the rows only.
@@ -340,11 +342,17 @@ async function jobView(el, params, [id]) {
     job.state === "pending"
       ? [["pending reason", h(job.pending_reason || "–")], ["position", job.position ?? "–"]]
       : [];
+  const jobLink = (id) => `<a href="#/job/${enc(id)}">${h(id)}</a>`;
+  const links = [
+    ...(job.retry_of ? [["retry of", jobLink(job.retry_of)]] : []),
+    ...((job.retried_by || []).length ? [["retried by", job.retried_by.map(jobLink).join(" ")]] : []),
+  ];
   return () =>
     render(
       el,
       `<h1>Job ${h(job.id)} <span id="job-state">${badge(job.state)}</span></h1>
       <div class="actions">${TERMINAL.has(job.state) ? "" : `<button type="button" class="danger" data-cancel="${h(job.id)}">cancel</button>`}
+        ${RETRIED.has(job.state) ? `<button type="button" data-retry="${h(job.id)}">retry</button>` : ""}
         <a href="#/jobs?queue=${enc(job.queue)}">all jobs of ${h(job.queue)}</a></div>
       <div class="grid">
         <div class="card">${kv([
@@ -352,7 +360,7 @@ async function jobView(el, params, [id]) {
           ["priority", job.priority], ["attempt", `${job.attempt} of ${job.max_attempts}`],
           ["daemon", h(job.worker_name || job.worker || "–")], ["submitted", clock(job.submitted_at)],
           ["started", clock(job.started_at)], ["finished", clock(job.finished_at)],
-          ["stale completions", job.stale], ...pending,
+          ["stale completions", job.stale], ...pending, ...links,
         ])}</div>
         <div class="card"><h2>Result</h2>${outcome}</div>
       </div>
