@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,30 +43,54 @@ def key_values(
     return pairs
 
 
-def settings(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, Any]:
-    """The ``callback`` of ``--config KEY=VALUE``: a value that starts with ``[`` or ``{`` is
-    a YAML flow list or mapping (``hosts=[gpu1, gpu2]``), any other a string (a provider
-    converts ``port=2222`` to the number it needs).
+def config_value(text: str) -> Any:
+    """One ``--config`` value, typed as a YAML file would type it, but only where that is
+    unambiguous: a number (``2222``, ``1.5``, ``-3``, ``1e3``), ``true``/``false``,
+    ``null``, a list (``[a, b]``) or a mapping (``{k: v}``, both YAML flow, so JSON too),
+    or a JSON string (``"2222"``: a string that would otherwise be a number). Anything else
+    is the string as written (``gpu:1``, ``04:00:00``, ``yes``, ``0755``).
 
     Raises:
-        click.BadParameter: not ``KEY=VALUE``, or a list or mapping that does not parse.
+        ValueError: a list or mapping that does not parse, or a value that starts with
+            ``"`` and is not one JSON string; the message says how to write it.
     """
     import yaml
 
-    out: dict[str, Any] = {}
-    for key, text in key_values(value, ctx, param).items():
-        if not text.startswith(("[", "{")):
-            out[key] = text
-            continue
+    if text.startswith(("[", "{")):
         try:
-            out[key] = yaml.safe_load(text)
+            return yaml.safe_load(text)
         except yaml.YAMLError as e:
             problem = getattr(e, "problem", None) or "not a YAML list or mapping"
-            raise click.BadParameter(
-                f"{key}={text}: {problem} (write a list as [a, b] and a mapping as {{k: v}})",
-                ctx,
-                param,
+            raise ValueError(
+                f"{problem} (write a list as [a, b] and a mapping as {{k: v}})"
             ) from None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        if text.startswith('"'):
+            raise ValueError(
+                "not a JSON string (quote a whole value: K='\"2222\"' is the string 2222)"
+            ) from None
+        return text
+    # ``NaN``, ``Infinity`` and ``1e999`` are JSON to Python, not numbers a provider wants.
+    if isinstance(value, float) and not math.isfinite(value):
+        return text
+    return value
+
+
+def settings(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, Any]:
+    """The ``callback`` of ``--config KEY=VALUE``: each value typed by :func:`config_value`
+    (``port=2222`` is the number 2222, ``port='"2222"'`` the string).
+
+    Raises:
+        click.BadParameter: not ``KEY=VALUE``, or a value :func:`config_value` refuses.
+    """
+    out: dict[str, Any] = {}
+    for key, text in key_values(value, ctx, param).items():
+        try:
+            out[key] = config_value(text)
+        except ValueError as e:
+            raise click.BadParameter(f"{key}={text}: {e}", ctx, param) from None
     return out
 
 
@@ -76,4 +102,4 @@ def key_value_pairs(
     return key_values(value, ctx, param)
 
 
-__all__ = ["key_value_pairs", "key_values", "settings"]
+__all__ = ["config_value", "key_value_pairs", "key_values", "settings"]

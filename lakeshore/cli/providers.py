@@ -33,7 +33,9 @@ def _block(p: Provider) -> str:
 
 
 _CONFIG_HELP = (
-    "A setting (repeatable): K=V, a list as K=[a, b], a mapping as K={k: v}. "
+    "A setting (repeatable): K=V, a list as K=[a, b], a mapping as K={k: v}. Numbers, "
+    "true, false and null are typed (port=2222 is a number); anything else is a string, "
+    "and a JSON string keeps a number-like value one: port='\"2222\"'. "
     "ssh: hosts, user, port, identity_file, known_hosts, python, slots, …; "
     "slurm: partition, gres, time, account, python, …; see docs/providers.md."
 )
@@ -83,7 +85,7 @@ def add(name: str, kind: str, config: dict[str, Any], labels: dict[str, str]) ->
     multiple=True,
     callback=settings,
     metavar="K=V",
-    help="Replace the whole config with these settings (repeatable).",
+    help="Replace the whole config with these settings (repeatable; typed as for add).",
 )
 @click.option(
     "--label",

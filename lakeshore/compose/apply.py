@@ -27,8 +27,9 @@ from lakeshore.compose.changes import (
     RetireDaemons,
     UnarchiveQueue,
 )
-from lakeshore.errors import LakeshoreError
-from lakeshore.model import DaemonLaunch, Worker
+from lakeshore.errors import Conflict, LakeshoreError
+from lakeshore.model import DaemonLaunch, ProviderKind, Worker
+from lakeshore.providers.external import refusal
 from lakeshore.sdk import Client
 
 
@@ -135,10 +136,26 @@ async def _launch(client: Client, ns: str, action: LaunchDaemons, launched: list
         )
         try:
             answer = await client.daemons_launch(body, namespace=ns)
+        except Conflict as e:
+            raise _partly("launched", done, name, await _by_hand(client, ns, action, e)) from None
         except LakeshoreError as e:
             raise _partly("launched", done, name, e) from None
         launched += answer.workers
         done.append(name)
+
+
+async def _by_hand(client: Client, ns: str, action: LaunchDaemons, err: Conflict) -> LakeshoreError:
+    """An external provider's refusal, with the commands filled with what this client
+    knows (the API it talks to, every name of the group, its queues); other refusals as
+    they came."""
+    try:
+        provider = await client.providers_show(action.provider, namespace=ns)
+    except LakeshoreError:
+        return err
+    if provider.kind is not ProviderKind.EXTERNAL:
+        return err
+    api = ",".join(client.apis)
+    return Conflict(refusal(provider, api=api, names=action.names, queues=action.queues))
 
 
 def _partly(verb: str, done: list[str], name: str, err: LakeshoreError) -> LakeshoreError:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lakeshore.compose.changes import (
     Change,
     CreateProvider,
@@ -56,6 +58,21 @@ def provider_changes(
     return changes
 
 
+def same_setting(have: Any, want: Any) -> bool:
+    """Whether a live provider setting is the file's: equal values of the same type,
+    compared through lists and mappings. ``2222`` and ``"2222"`` differ (the CLI types
+    ``--config port=2222`` as the number, as the file does), and so do ``true`` and ``1``,
+    which Python's ``==`` calls equal; ``1`` and ``1.0`` are the same number."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        return have.keys() == want.keys() and all(same_setting(have[k], want[k]) for k in have)
+    if isinstance(have, list) and isinstance(want, list):
+        return len(have) == len(want) and all(map(same_setting, have, want))
+    numbers = (int, float)
+    if isinstance(have, numbers) and isinstance(want, numbers):
+        return isinstance(have, bool) is isinstance(want, bool) and have == want
+    return type(have) is type(want) and have == want
+
+
 def _patch(
     ns: str, name: str, want: ProviderSpec, labels: dict[str, str], have: Provider, project: str
 ) -> list[Change]:
@@ -74,7 +91,8 @@ def _patch(
             )
         ]
     fields = []
-    if have.config != want.config:
+    config_differs = not same_setting(have.config, want.config)
+    if config_differs:
         fields.append(FieldChange(field="config", old=have.config, new=dict(want.config)))
     if have.labels != labels:
         fields.append(FieldChange(field="labels", old=have.labels, new=labels))
@@ -82,7 +100,7 @@ def _patch(
         return []
     action = PatchProvider(
         name=name,
-        config=dict(want.config) if have.config != want.config else None,
+        config=dict(want.config) if config_differs else None,
         labels=labels if have.labels != labels else None,
     )
     return [
@@ -92,4 +110,4 @@ def _patch(
     ]
 
 
-__all__ = ["provider_changes"]
+__all__ = ["provider_changes", "same_setting"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from click.testing import CliRunner
 
+from lakeshore.cli import daemon_run
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import ProviderKind
@@ -67,8 +69,12 @@ async def test_an_external_provider_refuses_with_the_daemon_run_hint(cli, contro
         "daemon", "launch", "--provider", "my-ec2", "--name", "x", "--wait", expect=API_ERROR
     )
     hint = " ".join(result.stderr.split())
-    assert "LAKESHORE_TOKEN=TOKEN lakeshore daemon run --api API_URL" in hint
-    assert "--namespace default --provider my-ec2" in hint
+    assert "`export LAKESHORE_TOKEN=<your token>`" in hint
+    assert control_plane.admin_token not in result.output
+    commands = [c for c in hint.split("`")[1::2] if c.startswith("lakeshore daemon run")]
+    [ctx] = [daemon_run.run.make_context("run", shlex.split(c)[3:]) for c in commands]
+    assert (ctx.params["namespace"], ctx.params["provider"]) == ("default", "my-ec2")
+    assert ctx.params["token"] is None
     assert await workers(control_plane) == {}
 
 
@@ -114,7 +120,7 @@ async def test_provider_settings_take_lists_and_mappings_and_patch_replaces_them
         "--config", "hosts=[gpu1, gpu2]", "--config", "env={A: b}", "--config", "port=22",
     )  # fmt: skip
     body = json.loads((await cli("providers", "show", "gpu", "-o", "json")).stdout)
-    assert body["config"] == {"hosts": ["gpu1", "gpu2"], "env": {"A": "b"}, "port": "22"}
+    assert body["config"] == {"hosts": ["gpu1", "gpu2"], "env": {"A": "b"}, "port": 22}
     assert body["labels"] == {"team": "ml"}
     await cli("providers", "patch", "gpu", "--config", "hosts=[gpu3]")
     body = json.loads((await cli("providers", "show", "gpu", "-o", "json")).stdout)

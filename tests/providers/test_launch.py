@@ -193,8 +193,8 @@ async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(
     status, body = await api.post(f"{NS}/daemons", {"name": "x", "provider": "my-ec2"})
     assert status == 409, body
     message = body["error"]["message"]
-    assert "LAKESHORE_TOKEN=TOKEN lakeshore daemon run --api API_URL" in message
-    assert "--provider my-ec2" in message and "--namespace default" in message
+    assert "`export LAKESHORE_TOKEN=<your token>`" in message
+    assert "`lakeshore daemon run --namespace default --provider my-ec2`" in message
     assert (await api.get(f"{NS}/workers"))[1]["workers"] == []
 
 
