@@ -160,7 +160,11 @@ async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(
 ) -> None:
     body = ProviderCreate(name="by-hand", kind=ProviderKind.EXTERNAL)
     await launcher.ask(AddProvider(NS, body))
-    with pytest.raises(Conflict, match="`LAKESHORE_TOKEN=TOKEN lakeshore daemon run --api API_URL"):
+    with pytest.raises(
+        Conflict,
+        match=r"`export LAKESHORE_TOKEN=<your token>`, then "
+        r"`lakeshore daemon run --namespace default --provider",
+    ):
         await launcher.ask(launch("d", provider="by-hand"))
     assert await registry.ask(ListWorkers()) == []
     assert backend.launches == []
