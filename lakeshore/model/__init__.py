@@ -28,6 +28,7 @@ from lakeshore.model.daemon import (
 )
 from lakeshore.model.invocations import (
     MAX_BATCH,
+    RETRIED_STATES,
     TERMINAL_STATES,
     Attempt,
     BatchTally,
@@ -105,6 +106,7 @@ __all__ = [
     "QUEUED",
     "is_queued",
     "MAX_BATCH",
+    "RETRIED_STATES",
     "TERMINAL_STATES",
     "Attempt",
     "BatchTally",

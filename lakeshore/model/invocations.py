@@ -52,6 +52,11 @@ TERMINAL_STATES = frozenset(
     }
 )
 
+#: What a retry is for: a job that ended without its value (a timed-out run is failed).
+RETRIED_STATES = frozenset(
+    {InvocationState.FAILED, InvocationState.CANCELLED, InvocationState.DROPPED}
+)
+
 
 class EventType(StrEnum):
     #: admitted to the queue (control plane)

@@ -12,10 +12,7 @@ from typing import Any
 
 from lakeshore.actors.admission import MAX_KEPT_BODY_BYTES
 from lakeshore.errors import Conflict, Invalid
-from lakeshore.model import InvocationState, InvocationSubmit, Job
-
-#: What a retry is for: a job that ended without its value (a timed-out run is failed).
-RETRIED = frozenset({InvocationState.FAILED, InvocationState.CANCELLED, InvocationState.DROPPED})
+from lakeshore.model import RETRIED_STATES, InvocationSubmit, Job
 
 
 def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> InvocationSubmit:
@@ -25,7 +22,7 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
         Conflict: ``job`` is not in a state a retry is for, or its body was not kept.
         Invalid: ``env`` does not give every key the job's command had.
     """
-    if job.state not in RETRIED:
+    if job.state not in RETRIED_STATES:
         raise Conflict(
             f"job {job.id!r} is {job.state.value}: only a failed, cancelled or dropped job "
             f"is retried; see it with `lakeshore jobs show {job.id}`"
@@ -52,4 +49,4 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
     )  # fmt: skip
 
 
-__all__ = ["RETRIED", "retried"]
+__all__ = ["retried"]

@@ -21,6 +21,7 @@ import msgspec
 
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
+    RETRIED_STATES,
     TERMINAL_STATES,
     Attempt,
     BatchTally,
@@ -97,9 +98,10 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
     events = _all(con, q.EVENTS, [namespace, invocation_id])
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
-    # A retry is submitted after its job: only the newer ids can name it.
-    retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
-    rec["retried_by"] = [r[0] for r in retries]
+    if state in RETRIED_STATES:  # only these are retried: no scan on a result's wait
+        # A retry is submitted after its job: only the newer ids can name it.
+        retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
+        rec["retried_by"] = [r[0] for r in retries]
     job = _job(rec, JobDetail)
     result_epoch = next(
         (a.epoch for a in job.attempts if a.outcome == state and state in _RESULT_STATES), None
