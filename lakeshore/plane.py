@@ -421,7 +421,7 @@ class ControlPlane:
                 heartbeat_s=beat_s,
                 orphan_after_s=settings.local_orphan_after_s,
             ),
-            ProviderKind.EXTERNAL: ExternalProvider(),
+            ProviderKind.EXTERNAL: ExternalProvider(api_url=lambda: self.replica.lease.url or None),
             ProviderKind.SSH: SshProvider(on_exit, on_placed, heartbeat_s=beat_s),
             ProviderKind.SLURM: SlurmProvider(
                 self.data_dir / "daemons", on_exit, on_placed, heartbeat_s=beat_s

@@ -155,7 +155,7 @@ class Launcher(Actor[LauncherMsg]):
             raise NamespaceNotFound(ns_name)
         provider = await find_provider(self._store, ns, req.provider)
         backend = self._backends[provider.kind]
-        backend.check_launch(provider)
+        backend.check_launch(provider, names=names, queues=queues)
         if provider.kind is ProviderKind.LOCAL:
             have = await self._local_count(ns.org)
             fits = quotas.local_room(self._quotas, ns.org, have, len(names), partial=msg.managed)

@@ -8,7 +8,7 @@ not stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakeshore.errors import NotFound
@@ -49,8 +49,12 @@ class Backend(Protocol):
             Invalid: what is wrong with it and how to fix it.
         """
 
-    def check_launch(self, provider: Provider) -> None:
+    def check_launch(
+        self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()
+    ) -> None:
         """Refuse, before any worker row exists, a launch this backend cannot do.
+
+        ``names`` and ``queues`` are the launch's (for a refusal that says what to run).
 
         Raises:
             LakeshoreError: why not, and what to do instead.

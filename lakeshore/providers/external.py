@@ -7,7 +7,7 @@ with the command that starts one instead, filled with what the refusing side kno
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lakeshore.errors import Conflict
@@ -86,11 +86,12 @@ class ExternalProvider:
     """Refuses launches; has no processes to stop.
 
     Args:
-        api_url: the API URL daemons started by hand should use, filled into the command
-            a refusal shows (``None``: the command leaves ``--api`` out).
+        api_url: the API URL daemons started by hand should use, asked for at each
+            refusal and filled into the command it shows (``None``: the command leaves
+            ``--api`` out).
     """
 
-    def __init__(self, api_url: str | None = None) -> None:
+    def __init__(self, api_url: Callable[[], str | None] = lambda: None) -> None:
         self._api_url = api_url
 
     def check_config(self, config: dict[str, Any]) -> None:
@@ -105,12 +106,12 @@ class ExternalProvider:
             names, queues: the launch request's daemon names and queues, filled into the
                 commands when given.
         """
-        raise Conflict(refusal(provider, api=self._api_url, names=names, queues=queues))
+        raise Conflict(refusal(provider, api=self._api_url(), names=names, queues=queues))
 
     async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:
         """Never called after :meth:`check_launch` refused; refuses nonetheless."""
         names, queues = [w.name for w in workers], workers[0].queues if workers else []
-        raise Conflict(refusal(provider, api=self._api_url, names=names, queues=queues))
+        raise Conflict(refusal(provider, api=self._api_url(), names=names, queues=queues))
 
     async def stop(self, worker: Worker, provider: Provider) -> bool:
         return False

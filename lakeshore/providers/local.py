@@ -151,7 +151,9 @@ class LocalProvider:
     def check_config(self, config: dict[str, Any]) -> None:
         """A local provider has no settings it reads (any are kept as given)."""
 
-    def check_launch(self, provider: Provider) -> None:
+    def check_launch(
+        self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()
+    ) -> None:
         """Local launches are always possible."""
 
     async def launch(self, provider: Provider, workers: list[Worker], access: AccessFor) -> None:

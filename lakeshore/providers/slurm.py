@@ -23,7 +23,7 @@ import contextlib
 import logging
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,9 @@ class SlurmProvider:
     def check_config(self, config: dict[str, Any]) -> None:
         parse_config(config)
 
-    def check_launch(self, provider: Provider) -> None:
+    def check_launch(
+        self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()
+    ) -> None:
         """Refuses a launch this host cannot submit.
 
         Raises:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any
 
 import asyncssh
@@ -76,7 +76,9 @@ class SshProvider:
         """Refuse a config :func:`~lakeshore.providers.ssh_config.parse_config` refuses."""
         parse_config(config)
 
-    def check_launch(self, provider: Provider) -> None:
+    def check_launch(
+        self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()
+    ) -> None:
         """Refuse a launch on a row whose config is no longer valid."""
         parse_config(provider.config)
 

@@ -7,7 +7,7 @@ test of this directory starts a nats-server, a DuckDB file or a process.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -154,7 +154,9 @@ class RecordingBackend:
     def check_config(self, config: dict[str, Any]) -> None:
         return None
 
-    def check_launch(self, provider: Provider) -> None:
+    def check_launch(
+        self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()
+    ) -> None:
         self.checked.append(provider.name)
         if self.refuse is not None:
             raise self.refuse

@@ -52,6 +52,6 @@ def test_the_set_up_says_how_to_pick_another_nats_port() -> None:
 def test_a_provider_of_ones_own_is_created_where_daemon_launch_is_shown() -> None:
     end_to_end = _section("End to end")
     launch = end_to_end.index("daemon launch --provider local")
-    for kind in ("local", "external"):
-        add = end_to_end.index(f"lakeshore providers add my-ec2 --kind {kind}")
+    for name, kind in (("my-box", "local"), ("my-laptop", "external")):
+        add = end_to_end.index(f"lakeshore providers add {name} --kind {kind}")
         assert 0 < add - launch < 1200  # right after the first launch

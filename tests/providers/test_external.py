@@ -56,7 +56,7 @@ def test_what_is_not_known_is_left_out_and_said_how_to_add():
 
 
 def test_check_launch_refuses_with_the_filled_commands():
-    backend = ExternalProvider(api_url="http://plane:8080")
+    backend = ExternalProvider(api_url=lambda: "http://plane:8080")
     with pytest.raises(Conflict) as refused:
         backend.check_launch(BY_HAND, names=["x"], queues=["q"])
     [ctx] = daemon_run_commands(refused.value.message)

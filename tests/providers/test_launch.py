@@ -188,13 +188,21 @@ async def test_launching_in_an_unknown_namespace_is_404(api):
     assert (status, body["error"]["code"]) == (404, "namespace_not_found")
 
 
-async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(api):
+async def test_an_external_provider_refuses_to_launch_and_says_how_to_start_one(api, plane):
     assert (await api.post(f"{NS}/providers", {"name": "my-ec2", "kind": "external"}))[0] == 201
-    status, body = await api.post(f"{NS}/daemons", {"name": "x", "provider": "my-ec2"})
+    launch = {"name": "box", "count": 2, "provider": "my-ec2", "queues": ["q1"]}
+    status, body = await api.post(f"{NS}/daemons", launch)
     assert status == 409, body
     message = body["error"]["message"]
     assert "`export LAKESHORE_TOKEN=<your token>`" in message
-    assert "`lakeshore daemon run --namespace default --provider my-ec2`" in message
+    # Filled with what the plane knows: its API URL, each daemon's name, the queue.
+    for name in ("box-00", "box-01"):
+        command = (
+            f"`lakeshore daemon run --api {plane.api} --namespace default --provider my-ec2 "
+            f"--name {name} --queue q1`"
+        )
+        assert command in message
+    assert "Add --" not in message
     assert (await api.get(f"{NS}/workers"))[1]["workers"] == []
 
 

@@ -33,8 +33,10 @@ STOP_TIMEOUT_S = 5.0
 class Sshd:
     """An sshd with its keys and files under ``root``; :meth:`start`, then :meth:`stop`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, authorized_keys: Path | None = None) -> None:
         self.root = root
+        #: the file of keys that may log in (default: one generated client key's, under root)
+        self.authorized_keys = authorized_keys or root / "authorized_keys"
         self.user = getpass.getuser()
         self.port = 0
         #: the client's private key (its public half is the one authorized key)
@@ -91,7 +93,7 @@ class Sshd:
         lines = [
             *(f"ListenAddress {h}:{self.port}" for h in HOSTS),
             f"HostKey {host_key}",
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            f"AuthorizedKeysFile {self.authorized_keys}",
             f"PidFile {self.root / 'sshd.pid'}",
             "StrictModes no",
             "PubkeyAuthentication yes",
