@@ -120,7 +120,8 @@ class QueueGauges(Collector):
             ),
             "util": GaugeMetricFamily(
                 "lakeshore_queue_utilization",
-                "Busy member daemons over live member daemons (0: no members).",
+                "Busy member daemons (at most the running invocations) over live member daemons "
+                "(0: no members).",
                 labels=labels,
             ),
         }
@@ -128,7 +129,7 @@ class QueueGauges(Collector):
             families["pending"].add_metric(values, row.pending)
             families["running"].add_metric(values, row.running)
             families["age"].add_metric(values, row.oldest_age_s or 0.0)
-            families["util"].add_metric(values, row.busy / row.live if row.live else 0.0)
+            families["util"].add_metric(values, _utilization(row))
         yield from families.values()
         daemons = GaugeMetricFamily(
             "lakeshore_daemons", "Daemon rows by status.", labels=["namespace", "status"]
@@ -147,3 +148,9 @@ class QueueGauges(Collector):
                 values = (ns, q) if (ns, q) in named else (ns, OTHER)
             out.setdefault(values, _Row()).add(row)
         return out
+
+
+def _utilization(row: _Row) -> float:
+    """As ``queues stats`` has it: busy daemons bounded by the running invocations of the
+    same read (a heartbeat saying busy can outlive the run it was about)."""
+    return min(row.busy, row.running) / row.live if row.live else 0.0

@@ -19,6 +19,7 @@ from polling import eventually
 
 from lakeshore import __version__
 from lakeshore.metrics import OTHER
+from lakeshore.model import WorkerStatus
 
 
 async def test_metrics_answer_401_without_a_token(api):
@@ -38,6 +39,17 @@ async def test_metrics_are_prometheus_text_with_the_build_info(api):
         "lakeshore_invocations_submitted_total",
         "lakeshore_controller_tick_seconds_count",
     } <= names
+
+
+async def test_utilization_counts_no_more_busy_daemons_than_running_invocations(api, register):
+    # Two daemons whose last heartbeat said busy, nothing running: right after a batch,
+    # until their next heartbeat. `queues stats` says 0; so does the gauge.
+    assert (await api.post(f"/v1/namespaces/{NS}/queues", {"name": "settled"}))[0] == 201
+    for name in ("a", "b"):
+        await register(name, queues=["settled"], status=WorkerStatus.BUSY)
+    samples = await scrape(api)
+    assert value(samples, "lakeshore_queue_running", namespace=NS, queue="settled") == 0
+    assert value(samples, "lakeshore_queue_utilization", namespace=NS, queue="settled") == 0
 
 
 async def test_counters_and_histograms_move_as_invocations_run(api):
