@@ -270,7 +270,7 @@ def cancel(job_id: str) -> None:
 
     A pending one is removed at once; a running one is stopped by its daemon.
     """
-    run(lambda c: c.job_cancel(job_id), _cancelled)
+    run(lambda c: c.job_cancel(job_id), cancel_message)
 
 
 @jobs.command("retry")
@@ -289,10 +289,18 @@ def retry(job_id: str, env: tuple[str, ...]) -> None:
     run(lambda c: c.job_retry(job_id, given), lambda j: f"retried {job_id} as {j.id}")
 
 
-def _cancelled(job: Job | JobDetail) -> str:
+def cancel_message(job: Job | JobDetail) -> str:
     if job.state == InvocationState.CANCELLED:
         return f"cancelled {job.id}"
-    return f"cancelling {job.id}: its daemon {job.worker or '?'} is told to stop it"
+    return f"cancelling {job.id}: its daemon {_worker(job) or '?'} is told to stop it"
 
 
-__all__ = ["fetch_result", "job_block", "jobs", "jobs_listing", "jobs_table", "show_result"]
+__all__ = [
+    "cancel_message",
+    "fetch_result",
+    "job_block",
+    "jobs",
+    "jobs_listing",
+    "jobs_table",
+    "show_result",
+]

@@ -17,7 +17,7 @@ from support import daemon_process
 from lakeshore.actors.recorder import WaitRecorded
 from lakeshore.bus import codec, subjects
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
-from lakeshore.cli.jobs import jobs_listing, jobs_table, show_result
+from lakeshore.cli.jobs import cancel_message, jobs_listing, jobs_table, show_result
 from lakeshore.cli.main import lakeshore
 from lakeshore.model import BatchTally, EventBatch, EventType, Invocation, InvocationEvent, JobList
 from lakeshore.model import Job as ModelJob
@@ -220,6 +220,14 @@ def test_jobs_ls_shows_the_workers_name_or_its_id_once_the_row_is_gone():
     header, *rows = [line.split() for line in table.splitlines()]
     at = header.index("WORKER")
     assert [r[at] for r in rows] == ["trainer-7", "w-0123456789ab", "-"]
+
+
+def test_cancelling_a_running_job_names_its_daemon_by_name():
+    job = ModelJob(
+        id="j", namespace="default", queue="q", state="running", worker="w-51cf25801b8f",
+        worker_name="trainer-7",
+    )  # fmt: skip
+    assert cancel_message(job) == "cancelling j: its daemon trainer-7 is told to stop it"
 
 
 def test_jobs_ls_says_what_runs_and_for_how_long():
