@@ -23,6 +23,7 @@ from lakeshore.cli.context import LakeshoreGroup, run, settings
 from lakeshore.cli.options import key_values
 from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.cli.progress import Progress
+from lakeshore.cli.tracebacks import folded
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import InvocationState, Job, JobDetail, JobList, Result
 from lakeshore.sdk import Client
@@ -167,7 +168,7 @@ def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
     if err is None:
         return
     if isinstance(err, RemoteError) and err.traceback and fmt == "table":
-        click.echo(err.traceback.rstrip("\n"), err=True)
+        click.echo(folded(err.traceback), err=True)
     raise err
 
 

@@ -19,6 +19,7 @@ from lakeshore.bus import codec, subjects
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
 from lakeshore.cli.jobs import cancel_message, jobs_listing, jobs_table, show_result
 from lakeshore.cli.main import lakeshore
+from lakeshore.cli.tracebacks import folded
 from lakeshore.model import BatchTally, EventBatch, EventType, Invocation, InvocationEvent, JobList
 from lakeshore.model import Job as ModelJob
 from lakeshore.model import Result as ModelResult
@@ -220,6 +221,24 @@ def test_jobs_ls_shows_the_workers_name_or_its_id_once_the_row_is_gone():
     header, *rows = [line.split() for line in table.splitlines()]
     at = header.index("WORKER")
     assert [r[at] for r in rows] == ["trainer-7", "w-0123456789ab", "-"]
+
+
+def test_a_traceback_keeps_the_users_frames_and_folds_lakeshores():
+    text = """Traceback (most recent call last):
+  File "/srv/venv/lib/python3.11/site-packages/lakeshore/daemon/runner.py", line 193, in _call
+    value = resolve(ref)(*args, **kwargs)
+            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/home/me/lakeshore/tasks.py", line 4, in boom
+    raise ValueError(f"bad {x}")
+ValueError: bad 3
+"""
+    assert folded(text).splitlines() == [
+        "Traceback (most recent call last):",
+        "  (1 Lakeshore frame folded; -o json has them)",
+        '  File "/home/me/lakeshore/tasks.py", line 4, in boom',
+        '    raise ValueError(f"bad {x}")',
+        "ValueError: bad 3",
+    ]
 
 
 def test_cancelling_a_running_job_names_its_daemon_by_name():
@@ -469,6 +488,9 @@ async def test_submit_wait_of_a_raising_function_shows_the_remote_traceback(cli,
     assert 'udf_targets.py", line' in result.stderr
     assert "raise ValueError(message)" in result.stderr
     assert result.stderr.rstrip().endswith("failed: builtins.ValueError: boom")
+    # The daemon's own frames (the runner, the @udf wrapper) are folded into one line.
+    assert "lakeshore/daemon/" not in result.stderr and "lakeshore/sdk/" not in result.stderr
+    assert "Lakeshore frames folded; -o json has them)" in result.stderr
 
 
 async def test_jobs_result_and_show_after_the_run(cli, queue, daemon, control_plane, js):
