@@ -115,7 +115,7 @@ def job_block(job: Job) -> str:
         (
             (
                 a.attempt,
-                a.worker,
+                a.worker_name or a.worker,
                 a.seq,
                 a.epoch,
                 a.started_at,

@@ -238,6 +238,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     duplicate: bool = False
     #: why this execution failed (its ``retrying``, ``failed`` or ``cancelled`` event's)
     error: RemoteError | None = None
+    #: the worker's name, while its row exists
+    worker_name: str | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):

@@ -482,7 +482,14 @@ class JobService:
 
 
 def _named(job: J, names: dict[str, str]) -> J:
-    """``job`` with the name of its worker, if the worker's row is still there."""
+    """``job`` with the name of its worker, and of each attempt's, while the worker's row
+    is still there."""
+    if isinstance(job, JobDetail) and any(a.worker in names for a in job.attempts):
+        attempts = [
+            msgspec.structs.replace(a, worker_name=names[a.worker]) if a.worker in names else a
+            for a in job.attempts
+        ]
+        job = msgspec.structs.replace(job, attempts=attempts)
     name = names.get(job.worker) if job.worker else None
     return job if name is None else msgspec.structs.replace(job, worker_name=name)
 

@@ -506,5 +506,6 @@ async def test_jobs_result_and_show_after_the_run(cli, queue, daemon, control_pl
         "ATTEMPT", "WORKER", "SEQ", "EPOCH", "STARTED", "ENDED", "OUTCOME", "ERROR"
     ]  # fmt: skip
     assert row.split()[0] == "1" and row.split()[-2:] == ["succeeded", "-"]
+    assert row.split()[1] == "cli-daemon"  # the daemon's name, as jobs ls shows it
     [line] = [r for r in (await cli("jobs", "ls")).stdout.splitlines() if r.startswith(job_id)]
     assert line.split()[2:4] == ["succeeded", "1/1"]
