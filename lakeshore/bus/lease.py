@@ -165,6 +165,12 @@ class Lease:
             return Epoch(epoch)
         return None
 
+    @property
+    def revision(self) -> int | None:
+        """The stream sequence of this holder's last write of the lease (``None``: not
+        held); a renewal moves it on."""
+        return self._revision
+
     async def renew(self) -> None:
         """Extend the lease by ``ttl_s`` from now.
 
@@ -344,8 +350,13 @@ class Elector:
         while True:
             await asyncio.sleep(self._renew_every_s)
             left_s = self._deadline_s - (time.monotonic() - renewed_at)
+            # A loop that stalled (a loaded machine, a long collection) may wake with little
+            # or no time left: the renewal is still tried, for at least one attempt's time.
+            # It is a compare-and-set on the lease's revision, so it succeeds only if the
+            # lease never lapsed and nobody took it: holding on after it is safe, and every
+            # write of a leader is fenced by its epoch besides (bus/fenced.py).
             try:
-                async with asyncio.timeout(max(left_s, 0.0)):
+                async with asyncio.timeout(max(left_s, self._attempt_s)):
                     await self._lease.renew()
                 renewed_at = time.monotonic()
             except NotLeader as e:

@@ -158,3 +158,47 @@ async def test_a_standby_elector_takes_over_when_the_leader_closes(js, bucket) -
                 assert await heard.get() == ("a", "deposed", "elector closed")
                 # Well inside the TTL of 5 s: the resignation freed the lease.
                 assert (await heard.get())[:2] == ("b", "elected")
+
+
+class _Stalled:
+    """``time`` as the elector reads it, moved forward at will: the elector sees a stall of
+    its loop (what a loaded machine or a long collection does) without the test stalling
+    the loop that serves the lease's NATS traffic."""
+
+    def __init__(self) -> None:
+        self.by_s = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.by_s
+
+
+async def test_a_leader_whose_loop_stalled_past_its_deadline_keeps_a_lease_nobody_took(
+    js, bucket, monkeypatch
+) -> None:
+    stalled = _Stalled()
+    monkeypatch.setattr("lakeshore.bus.lease.time", stalled)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    async def elected(epoch: Epoch) -> None:
+        await heard.put("elected")
+
+    async def deposed(reason: str) -> None:
+        await heard.put(f"deposed: {reason}")
+
+    a = lease(js, bucket, "a", ttl_s=3)
+    async with Elector(a, on_elected=elected, on_deposed=deposed):
+        async with asyncio.timeout(WAIT_S):
+            assert await heard.get() == "elected"
+        # The loop wakes 2.6 s after the last renewal: past the 2.5 s deadline, inside the
+        # 3 s TTL. The lease never lapsed on the server, so the renewal (a compare-and-set
+        # on its revision) succeeds, and the leader stays the leader.
+        stalled.by_s = 2.6
+        held = a.revision
+        await eventually(
+            lambda: asyncio.sleep(0, a.revision),
+            until=lambda revision: revision is not None and revision > held,
+            timeout_s=WAIT_S,
+            what="a renewal after the stall",
+        )
+        assert heard.empty(), heard.get_nowait()
+        assert a.epoch is not None
