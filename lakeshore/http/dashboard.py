@@ -1,5 +1,6 @@
-"""The web dashboard: one HTML page, three JavaScript modules (``app.js`` routes and polls,
-``views.js`` renders, ``lib.js`` helps) and one stylesheet, served as is.
+"""The web dashboard: one HTML page, four JavaScript modules (``app.js`` routes and polls,
+``views.js`` renders the queues, daemons and controller, ``jobs.js`` the jobs, ``lib.js``
+helps) and one stylesheet, served as is.
 
 They need no token: they hold no data. The page signs in with a token, which it keeps in
 the browser session only, and reads everything from the token-guarded ``/v1`` routes.
@@ -22,6 +23,7 @@ PREFIX = "/dashboard/"
 #: The files served under :data:`PREFIX`, with their content types; nothing else is.
 FILES = {
     "app.js": "text/javascript",
+    "jobs.js": "text/javascript",
     "lib.js": "text/javascript",
     "views.js": "text/javascript",
     "style.css": "text/css",

@@ -26,8 +26,8 @@ def _duration(request: web.Request, key: str, default: str) -> float:
 @routes.route(
     "GET",
     "/v1/namespaces/{ns}/queues/{name}/history",
-    "Submitted, started, succeeded, failed and wait/run percentiles per interval "
-    "(?since=1h&every=1m; at most 1000 points)",
+    "Submitted, started, succeeded, failed, wait/run percentiles and how far pending rose "
+    "per interval (?since=1h&every=1m; at most 1000 points)",
     answer=QueueHistory,
     query=("since", "every"),
 )

@@ -24,6 +24,12 @@ class HistoryPoint(Struct, frozen=True, kw_only=True):
     wait_p95_s: float | None = None
     #: last started → succeeded/failed, of the invocations that ended in the interval (s)
     run_p50_s: float | None = None
+    #: how far the pending count rose within the interval above its level at the
+    #: interval's start (up on a submit or a retry, down on a start, a drop or a pending
+    #: invocation's cancel): with that level, the interval's peak, so a burst that came and
+    #: went between two points' ends still shows. From the raw events only: 0 in a minute
+    #: whose events were compacted
+    pending_rise: int = 0
 
 
 class QueueHistory(Struct, frozen=True, kw_only=True):

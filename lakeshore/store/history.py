@@ -36,6 +36,8 @@ class _Point:
     wait_n: int = 0
     run50: float = 0.0
     run_n: int = 0
+    #: how far pending rose within the interval (raw events only: see HistoryPoint)
+    pending_rise: int = 0
 
 
 def bucket_start(at: datetime, every_s: float) -> datetime:
@@ -62,9 +64,10 @@ def points(
     def slot(b: datetime) -> _Point:
         return acc.setdefault(b.astimezone(UTC), _Point())
 
-    for b, *counts in con.execute(q.COUNTS, [every_s, *window]).fetchall():
+    for b, *counts, rise in con.execute(q.COUNTS, [every_s, *window]).fetchall():
         p = slot(b)
         p.counts = [x + y for x, y in zip(p.counts, counts, strict=True)]
+        p.pending_rise = int(rise)
     params = [namespace, queue, namespace, queue, start, every_s, start, until, every_s]
     for kind, b, qs, n in con.execute(q.DURATIONS, [*params, start, until]).fetchall():
         p = slot(b)
@@ -89,7 +92,7 @@ def _point(at: datetime, p: _Point) -> HistoryPoint:
     return HistoryPoint(
         ts=at, submitted=submitted, started=started, succeeded=succeeded, failed=failed,
         wait_p50_s=mean(p.wait50, p.wait_n), wait_p95_s=mean(p.wait95, p.wait_n),
-        run_p50_s=mean(p.run50, p.run_n),
+        run_p50_s=mean(p.run50, p.run_n), pending_rise=p.pending_rise,
     )  # fmt: skip
 
 

@@ -24,14 +24,29 @@ def _times(table: str, where: str) -> str:
     GROUP BY namespace, invocation_id"""
 
 
-# Params: every_s, namespace, queue, since, until.
-COUNTS = f"""SELECT {_BUCKET.format(col="ts")} AS b,
+# How pending moves with each event: up on a submit or a retry, down on a start, a drop
+# or the control plane's cancel of a pending invocation (the one without an epoch).
+_PENDING_STEP = """CASE WHEN type IN ('submitted', 'retrying') THEN 1
+    WHEN type IN ('started', 'dropped') OR (type = 'cancelled' AND epoch IS NULL) THEN -1
+    ELSE 0 END"""
+
+# The counts per interval, and how far pending rose within it above its level at the
+# interval's start (at least 0): a burst that comes and goes between two intervals' ends
+# still shows. ``level`` runs over the whole window (one sort, not one per interval; the
+# events of one instant move it together); an interval's start is the sum of the steps
+# before it. Params: every_s, namespace, queue, since, until.
+COUNTS = f"""SELECT b,
         count(*) FILTER (WHERE type = 'submitted'),
         count(*) FILTER (WHERE type = 'started'),
         count(*) FILTER (WHERE type = 'succeeded'),
-        count(*) FILTER (WHERE type = 'failed')
-    FROM invocation_events
-    WHERE namespace = ? AND queue = ? AND ts >= ? AND ts < ? AND {ACCEPTED}
+        count(*) FILTER (WHERE type = 'failed'),
+        greatest(0, max(level) - (sum(sum(step)) OVER (ORDER BY b) - sum(step)))
+    FROM (
+        SELECT {_BUCKET.format(col="ts")} AS b, type, {_PENDING_STEP} AS step,
+            sum({_PENDING_STEP}) OVER (ORDER BY ts) AS level
+        FROM invocation_events
+        WHERE namespace = ? AND queue = ? AND ts >= ? AND ts < ? AND {ACCEPTED}
+    )
     GROUP BY b"""
 
 # Waits (submitted → first started) by the interval of the first start, runs (last

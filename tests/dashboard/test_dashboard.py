@@ -99,7 +99,7 @@ async def test_every_view_shows_real_data(page: Page, api, screens: Path, update
     await page.get_by_role("link", name=job).click()
     await expect(page.locator("#job-state")).to_have_text("succeeded")
     attempt = page.locator('tr[data-attempt="1"]')
-    await expect(attempt).to_contain_text(worker["id"])
+    await expect(attempt.get_by_title(worker["id"])).to_have_text("dash")
     await expect(attempt).to_contain_text("succeeded")
     await expect(attempt.locator(".timeline .bar")).to_have_count(1)
     await expect(page.locator("#result-value")).to_have_text(re.compile(r"^\d+$"))
@@ -191,3 +191,67 @@ async def test_the_retry_button_opens_a_new_job_linked_to_the_old_one(page: Page
     assert old["retried_by"] == [new]
     _, fresh = await api.get(f"{NS}/jobs/{new}")
     assert fresh["retry_of"] == job and fresh["command"] == ["true"]
+
+
+async def test_the_pending_chart_shows_a_burst_that_came_and_went_within_a_minute(page: Page, api):
+    assert (await api.post(f"{NS}/queues", {"name": "burst"}))[0] == 201
+    await launch(api, "burster", ["burst"])
+    await show(page, "#/daemons")
+    await expect(page.locator('tr[data-worker="burster"] [data-col="status"]')).to_have_text("idle")
+    status, body = await api.post(
+        f"{NS}/queues/burst/invocations", {"invocations": [{"fn": "os:getpid"}] * 5}
+    )
+    assert status == 202, body
+    for job in body["ids"]:
+        status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+        assert status == 200 and result["ok"], result
+    await show(page, "#/queue/default/burst")
+    await expect(page.locator('[data-key="pending"]')).to_have_text("0")
+    pending = page.locator("#backlog-plot path[data-series=pending]")
+    await expect(pending).to_have_attribute("data-max", "5")
+
+
+async def test_jobs_and_attempts_name_the_daemon_that_ran_them(page: Page, api):
+    assert (await api.post(f"{NS}/queues", {"name": "prep"}))[0] == 201
+    worker = await launch(api, "prep-00", ["prep"])
+    job = await submit(api, "prep", fn="os:getpid")
+    assert (await api.get(f"{NS}/jobs/{job}/result?wait_s=30"))[0] == 200
+    await show(page, "#/jobs?queue=prep")
+    row = page.locator(f'tr[data-job="{job}"]')
+    await expect(row.locator('[data-col="state"]')).to_have_text("succeeded")
+    await expect(row).to_contain_text("prep-00")
+    await expect(row).not_to_contain_text(worker["id"])
+    await row.get_by_role("link", name=job).click()
+    attempt = page.locator('tr[data-attempt="1"]')
+    await expect(attempt).to_contain_text("prep-00")
+    await expect(attempt).not_to_contain_text(worker["id"])
+
+
+async def test_a_traceback_starts_at_the_users_frame_folds_lakeshores_and_wraps(
+    page: Page, api, monkeypatch, screens: Path
+):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    assert (await api.post(f"{NS}/queues", {"name": "tb"}))[0] == 201
+    await launch(api, "tracer", ["tb"])
+    job = await submit(api, "tb", fn="dashboard_jobs:refuse", args=[400], max_attempts=2)
+    status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+    assert status == 200 and result["error"]["type"] == "builtins.ValueError", result
+    await show(page, f"#/job/{job}")
+    await expect(page.locator("#job-state")).to_have_text("failed")
+    shown = page.locator("#traceback")
+    await expect(shown.get_by_text("dashboard_jobs.py")).to_be_visible()
+    fold = shown.locator("details")
+    await expect(fold).to_have_count(1)
+    await expect(fold.locator("summary")).to_have_text(re.compile(r"^\d+ Lakeshore frames?$"))
+    await expect(fold.get_by_text("runner.py")).to_be_hidden()
+    assert await shown.evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert await page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    for attempt in ("1", "2"):
+        row = page.locator(f'tr[data-attempt="{attempt}"]')
+        await expect(row).to_contain_text("ValueError: refused:x")
+    await fold.locator("summary").click()
+    await expect(fold.get_by_text("runner.py")).to_be_visible()
+    live = await page.locator("#live").text_content()
+    await expect(page.locator("#live")).not_to_have_text(live or "")
+    await expect(fold.get_by_text("runner.py")).to_be_visible()
+    await page.screenshot(path=screens / "traceback.png", full_page=True)

@@ -75,15 +75,21 @@ export async function api(method, path, body) {
 export const get = async (path) => (await api("GET", path)).data;
 export const nsPath = (ns = namespace()) => `/v1/namespaces/${enc(ns)}`;
 
-// Re-rendering replaces a view's HTML; what a person is typing or has chosen must survive.
+// Re-rendering replaces a view's HTML; what a person is typing or has chosen, and the folds
+// they opened or closed, must survive.
 export function render(el, html) {
   const focused = document.activeElement?.id;
   const kept = {};
   for (const input of el.querySelectorAll("input[id], select[id]")) kept[input.id] = input.value;
+  const folds = [...el.querySelectorAll("details[id]")].map((d) => [d.id, d.open]);
   el.innerHTML = html;
   for (const [id, value] of Object.entries(kept)) {
     const input = document.getElementById(id);
     if (input && input.tagName === "INPUT") input.value = value;
+  }
+  for (const [id, open] of folds) {
+    const fold = document.getElementById(id);
+    if (fold && fold.tagName === "DETAILS") fold.open = open;
   }
   if (focused) document.getElementById(focused)?.focus();
 }
@@ -102,6 +108,63 @@ export function kv(pairs) {
   return `<dl class="kv">${pairs
     .map(([k, v]) => `<dt>${h(k)}</dt><dd data-key="${h(k)}">${v}</dd>`)
     .join("")}</dl>`;
+}
+
+// ---- a Python traceback, read from the user's first frame ---------------------------------
+
+const FRAME = /^ {2}File "([^"]*)", line \d+/;
+// Lakeshore's own files: any under a folder named lakeshore (the package, installed or a
+// checkout). Python's own: its standard library (not site-packages) and frozen modules.
+const LAKESHORE_FILE = /[\\/]lakeshore[\\/]/;
+const PYTHON_FILE = /^<frozen |[\\/]lib[\\/]python[\d.]*[\\/](?!(site|dist)-packages[\\/])/;
+
+// A frame is its "File" line and the lines indented below it; any other line stands alone.
+function entries(text) {
+  const out = [];
+  for (const line of text.replace(/\n+$/, "").split("\n")) {
+    const frame = FRAME.exec(line);
+    const last = out[out.length - 1];
+    if (frame) out.push({ file: frame[1], lines: [line] });
+    else if (last?.file !== undefined && line.startsWith("    ")) last.lines.push(line);
+    else out.push({ lines: [line] });
+  }
+  return out;
+}
+
+// A traceback with each run of Lakeshore's frames folded into a closed <details> (``id``-n,
+// so that a fold a person opened stays open across re-renders). A run reaches from a
+// Lakeshore frame to the last Lakeshore frame after it with only Python's own frames
+// between (asyncio.run under an async function), so what is left starts at the user's code.
+export function traceback(id, text) {
+  const list = entries(text);
+  const own = (e) => e.file !== undefined && LAKESHORE_FILE.test(e.file);
+  const python = (e) => e.file !== undefined && PYTHON_FILE.test(e.file);
+  const lines = (some) => h(some.flatMap((e) => e.lines).join("\n"));
+  const parts = [];
+  let plain = [];
+  const flush = () => {
+    if (plain.length) parts.push(`<div>${lines(plain)}</div>`);
+    plain = [];
+  };
+  for (let i = 0; i < list.length; i++) {
+    if (!own(list[i])) {
+      plain.push(list[i]);
+      continue;
+    }
+    let end = i;
+    for (let j = i + 1; j < list.length && (own(list[j]) || python(list[j])); j++) {
+      if (own(list[j])) end = j;
+    }
+    const run = list.slice(i, end + 1);
+    flush();
+    const label = `${run.length} Lakeshore frame${run.length === 1 ? "" : "s"}`;
+    parts.push(
+      `<details id="${h(id)}-${parts.length}"><summary>${label}</summary><div>${lines(run)}</div></details>`,
+    );
+    i = end;
+  }
+  flush();
+  return `<div class="traceback" id="${h(id)}">${parts.join("")}</div>`;
 }
 
 // ---- an inline SVG line plot ----------------------------------------------------------
@@ -128,8 +191,9 @@ export function linePlot(id, series, label) {
   const lines = series
     .map((s, i) => {
       const d = s.points.map((p, j) => `${j ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`);
+      const most = Math.max(...s.points.map((p) => p[1]));
       return `<path d="${d.join("")}" fill="none" stroke="${COLORS[i]}" stroke-width="2"
-        data-series="${h(s.name)}"/>`;
+        data-series="${h(s.name)}" data-max="${most}"/>`;
     })
     .join("");
   const axis = `<line x1="${pad.l}" y1="${H - pad.b}" x2="${W - pad.r}" y2="${H - pad.b}" stroke="#dde3ea"/>

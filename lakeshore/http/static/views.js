@@ -2,7 +2,6 @@
 
 import {
   age,
-  api,
   badge,
   clock,
   duration,
@@ -16,14 +15,11 @@ import {
   render,
   table,
 } from "./lib.js";
+import { jobView, jobsView } from "./jobs.js";
 
 // Client-side samples of each queue's stats, plotted when the history route is missing.
 const SAMPLES = new Map();
 const MAX_SAMPLES = 400;
-const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
-// What the retry route takes: a job that ended without its value.
-const RETRIED = new Set(["failed", "cancelled", "dropped"]);
-const JOB_STATES = ["pending", "running", ...TERMINAL];
 const QUEUE_STATES = ["active", "draining", "archived", "paused"];
 // Stats are one request per queue: past this many rows the table shows the rows only.
 const MAX_STATS = 200;
@@ -99,16 +95,19 @@ async function history(ns, name) {
 }
 
 // Pending and running per minute from the history's counts, anchored on the current ones:
-// going back in time, each minute undoes what it submitted, started and finished.
+// going back in time, each minute undoes what it submitted, started and finished. Pending is
+// the minute's peak: its level at the start plus how far it rose within the minute, so a
+// burst that came and went between two minutes' ends still shows.
 function backlog(points, stats) {
   let pending = stats.pending;
   let running = stats.running;
   const out = [];
   for (let i = points.length - 1; i >= 0; i--) {
     const p = points[i];
-    const t = Date.parse(p.ts);
-    out.unshift([t, Math.max(0, pending), Math.max(0, running)]);
+    const end = pending;
     pending -= (p.submitted || 0) - (p.started || 0);
+    const peak = Math.max(end, pending + (p.pending_rise || 0));
+    out.unshift([Date.parse(p.ts), Math.max(0, peak), Math.max(0, running)]);
     running -= (p.started || 0) - (p.succeeded || 0) - (p.failed || 0);
   }
   return out;
@@ -161,7 +160,7 @@ async function queueView(el, params, [ns, name]) {
         { name: "pending", points: b.map((p) => [p[0], p[1]]) },
         { name: "running", points: b.map((p) => [p[0], p[2]]) },
       ],
-      "last hour, per minute (history)",
+      "last hour, per minute (history; pending at its peak)",
     );
     const per = (k) => hist.points.map((p) => [Date.parse(p.ts), p[k] || 0]);
     throughput = `
@@ -245,127 +244,6 @@ async function queueView(el, params, [ns, name]) {
       ${table(["when", "decision", "reason", "inputs"], decisionRows, "no decisions recorded")}
       <h2>Recent events</h2>
       ${table(["when", "event", "by", "detail"], eventRows, "no events")}`,
-    );
-}
-
-// The Jobs view's time filter: submitted within the last …; the page is newest first, so
-// the jobs of the window are the top of it.
-const SUBMITTED_WITHIN = { "5m": 300e3, "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
-
-async function jobsView(el, params) {
-  const queue = params.get("queue") || "";
-  const state = params.get("state") || "";
-  const within = SUBMITTED_WITHIN[params.get("within")] ? params.get("within") : "";
-  const query = new URLSearchParams({ limit: "100" });
-  if (queue) query.set("queue", queue);
-  if (state) query.set("state", state);
-  const [{ jobs }, { queues }] = await Promise.all([
-    get(`${nsPath()}/jobs?${query}`),
-    get(`${nsPath()}/queues`),
-  ]);
-  const mine = queues.filter((q) => q.namespace === namespace()).map((q) => q.name);
-  const cutoff = within ? Date.now() - SUBMITTED_WITHIN[within] : -Infinity;
-  const shown = jobs.filter((j) => Date.parse(j.submitted_at) >= cutoff);
-  const rows = shown.map(
-    (j) => `<tr data-job="${h(j.id)}"><td><a href="#/job/${enc(j.id)}">${h(j.id)}</a></td>
-      <td>${h(j.queue)}</td><td data-col="state">${badge(j.state)}</td>
-      <td><code>${h(j.fn || (j.command || []).join(" "))}</code></td>
-      <td class="num">${j.attempt}/${j.max_attempts}</td><td>${h(j.worker_name || j.worker || "–")}</td>
-      <td>${clock(j.submitted_at)}</td><td>${clock(j.finished_at)}</td>
-      <td>${j.state === "pending" ? `${h(j.pending_reason || "")} (#${j.position ?? "?"})` : h(j.error?.type || "")}</td>
-    </tr>`,
-  );
-  const opts = (values, chosen) =>
-    [`<option value="">any</option>`]
-      .concat(values.map((v) => `<option ${v === chosen ? "selected" : ""}>${h(v)}</option>`))
-      .join("");
-  return () =>
-    render(
-      el,
-      `<h1>Jobs in ${h(namespace())}</h1>
-      <div class="filters">
-        <label>queue <select data-filter="queue">${opts(mine, queue)}</select></label>
-        <label>state <select data-filter="state">${opts(JOB_STATES, state)}</select></label>
-        <label>submitted within <select data-filter="within">${opts(Object.keys(SUBMITTED_WITHIN), within)}</select></label>
-        <span class="muted">newest first, at most 100</span>
-      </div>
-      ${table(["id", "queue", "state", "what", "#attempt", "daemon", "submitted", "finished", "why"], rows, "no jobs match")}`,
-    );
-}
-
-function timeline(job) {
-  const attempts = job.attempts;
-  const t = (ts) => (ts ? Date.parse(ts) : Date.now());
-  const starts = attempts.filter((a) => a.started_at).map((a) => t(a.started_at));
-  const t0 = Math.min(...starts, Date.now());
-  const t1 = Math.max(t0 + 1, ...attempts.map((a) => t(a.ended_at)));
-  return attempts.map((a) => {
-    // A duplicate (a second execution of one epoch) may be the one whose outcome counted.
-    const stale = a.outcome === "stale";
-    const epoch =
-      a.epoch != null && a.epoch !== a.attempt ? ` <span class="muted">epoch ${a.epoch}</span>` : "";
-    const left = a.started_at ? ((t(a.started_at) - t0) / (t1 - t0)) * 100 : 0;
-    const width = a.started_at ? ((t(a.ended_at) - t(a.started_at)) / (t1 - t0)) * 100 : 0;
-    return `<tr data-attempt="${a.attempt}" class="${stale ? "stale" : ""}">
-      <td class="num">${a.attempt}${epoch}</td>
-      <td>${a.worker && a.worker === job.worker && job.worker_name ? `${h(job.worker_name)} ` : ""}<span class="muted">${h(a.worker || "–")}</span></td>
-      <td>${clock(a.started_at)}</td><td>${clock(a.ended_at)}</td>
-      <td>${badge(a.outcome)}${a.duplicate ? ` ${badge("duplicate")}` : ""}</td>
-      <td><div class="timeline"><div class="bar ${h(stale ? "stale" : a.outcome)}"
-        style="left:${left.toFixed(2)}%;width:${width.toFixed(2)}%"></div></div></td></tr>`;
-  });
-}
-
-async function jobView(el, params, [id]) {
-  const base = `${nsPath()}/jobs/${enc(id)}`;
-  const job = await get(base);
-  let result = null;
-  if (TERMINAL.has(job.state)) {
-    const r = await api("GET", `${base}/result`);
-    if (r.status === 200) result = r.data;
-  }
-  let outcome = `<p class="muted">no result yet</p>`;
-  if (result) {
-    const error = result.error
-      ? `<p class="error"><b>${h(result.error.type)}</b>: ${h(result.error.message)}</p>
-         ${result.error.traceback ? `<pre id="traceback">${h(result.error.traceback)}</pre>` : ""}`
-      : "";
-    outcome = `${kv([
-      ["ok", result.ok ? "yes" : "no"],
-      ["value", `<code id="result-value">${h(JSON.stringify(result.value))}</code>`],
-      ["exit code", result.exit_code ?? "–"],
-    ])}${error}
-      ${result.output ? `<h2>Output</h2><pre>${h(result.output)}</pre>` : ""}
-      ${result.stderr ? `<h2>Stderr</h2><pre>${h(result.stderr)}</pre>` : ""}`;
-  }
-  const pending =
-    job.state === "pending"
-      ? [["pending reason", h(job.pending_reason || "–")], ["position", job.position ?? "–"]]
-      : [];
-  const jobLink = (id) => `<a href="#/job/${enc(id)}">${h(id)}</a>`;
-  const links = [
-    ...(job.retry_of ? [["retry of", jobLink(job.retry_of)]] : []),
-    ...((job.retried_by || []).length ? [["retried by", job.retried_by.map(jobLink).join(" ")]] : []),
-  ];
-  return () =>
-    render(
-      el,
-      `<h1>Job ${h(job.id)} <span id="job-state">${badge(job.state)}</span></h1>
-      <div class="actions">${TERMINAL.has(job.state) ? "" : `<button type="button" class="danger" data-cancel="${h(job.id)}">cancel</button>`}
-        ${RETRIED.has(job.state) ? `<button type="button" data-retry="${h(job.id)}">retry</button>` : ""}
-        <a href="#/jobs?queue=${enc(job.queue)}">all jobs of ${h(job.queue)}</a></div>
-      <div class="grid">
-        <div class="card">${kv([
-          ["queue", h(job.queue)], ["what", `<code>${h(job.fn || (job.command || []).join(" "))}</code>`],
-          ["priority", job.priority], ["attempt", `${job.attempt} of ${job.max_attempts}`],
-          ["daemon", h(job.worker_name || job.worker || "–")], ["submitted", clock(job.submitted_at)],
-          ["started", clock(job.started_at)], ["finished", clock(job.finished_at)],
-          ["stale completions", job.stale], ...pending, ...links,
-        ])}</div>
-        <div class="card"><h2>Result</h2>${outcome}</div>
-      </div>
-      <h2>Attempts</h2>
-      ${table(["#", "daemon", "start", "end", "outcome", "timeline"], timeline(job), "not started yet")}`,
     );
 }
 

@@ -1,0 +1,141 @@
+// The dashboard's job views: the Jobs list and one Job with its attempts and result.
+
+import { api, badge, clock, enc, get, h, kv, namespace, nsPath, render, table, traceback } from "./lib.js";
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
+// What the retry route takes: a job that ended without its value.
+const RETRIED = new Set(["failed", "cancelled", "dropped"]);
+const JOB_STATES = ["pending", "running", ...TERMINAL];
+
+// A daemon as the CLI shows it: its name, or its id once its row is gone (the id on hover).
+function daemon(id, name) {
+  return id ? `<span title="${h(id)}">${h(name || id)}</span>` : "–";
+}
+
+// An error's type and message, on one line.
+function errorLine(error) {
+  return `<b>${h(error.type)}</b>: ${h(error.message)}`;
+}
+
+// The Jobs view's time filter: submitted within the last …; the page is newest first, so
+// the jobs of the window are the top of it.
+const SUBMITTED_WITHIN = { "5m": 300e3, "1h": 3600e3, "24h": 86400e3, "7d": 7 * 86400e3 };
+
+export async function jobsView(el, params) {
+  const queue = params.get("queue") || "";
+  const state = params.get("state") || "";
+  const within = SUBMITTED_WITHIN[params.get("within")] ? params.get("within") : "";
+  const query = new URLSearchParams({ limit: "100" });
+  if (queue) query.set("queue", queue);
+  if (state) query.set("state", state);
+  const [{ jobs }, { queues }] = await Promise.all([
+    get(`${nsPath()}/jobs?${query}`),
+    get(`${nsPath()}/queues`),
+  ]);
+  const mine = queues.filter((q) => q.namespace === namespace()).map((q) => q.name);
+  const cutoff = within ? Date.now() - SUBMITTED_WITHIN[within] : -Infinity;
+  const shown = jobs.filter((j) => Date.parse(j.submitted_at) >= cutoff);
+  const rows = shown.map(
+    (j) => `<tr data-job="${h(j.id)}"><td><a href="#/job/${enc(j.id)}">${h(j.id)}</a></td>
+      <td>${h(j.queue)}</td><td data-col="state">${badge(j.state)}</td>
+      <td><code>${h(j.fn || (j.command || []).join(" "))}</code></td>
+      <td class="num">${j.attempt}/${j.max_attempts}</td><td>${daemon(j.worker, j.worker_name)}</td>
+      <td>${clock(j.submitted_at)}</td><td>${clock(j.finished_at)}</td>
+      <td>${j.state === "pending" ? `${h(j.pending_reason || "")} (#${j.position ?? "?"})` : h(j.error?.type || "")}</td>
+    </tr>`,
+  );
+  const opts = (values, chosen) =>
+    [`<option value="">any</option>`]
+      .concat(values.map((v) => `<option ${v === chosen ? "selected" : ""}>${h(v)}</option>`))
+      .join("");
+  return () =>
+    render(
+      el,
+      `<h1>Jobs in ${h(namespace())}</h1>
+      <div class="filters">
+        <label>queue <select data-filter="queue">${opts(mine, queue)}</select></label>
+        <label>state <select data-filter="state">${opts(JOB_STATES, state)}</select></label>
+        <label>submitted within <select data-filter="within">${opts(Object.keys(SUBMITTED_WITHIN), within)}</select></label>
+        <span class="muted">newest first, at most 100</span>
+      </div>
+      ${table(["id", "queue", "state", "what", "#attempt", "daemon", "submitted", "finished", "why"], rows, "no jobs match")}`,
+    );
+}
+
+function timeline(job) {
+  const attempts = job.attempts;
+  const t = (ts) => (ts ? Date.parse(ts) : Date.now());
+  const starts = attempts.filter((a) => a.started_at).map((a) => t(a.started_at));
+  const t0 = Math.min(...starts, Date.now());
+  const t1 = Math.max(t0 + 1, ...attempts.map((a) => t(a.ended_at)));
+  return attempts.map((a) => {
+    // A duplicate (a second execution of one epoch) may be the one whose outcome counted.
+    const stale = a.outcome === "stale";
+    const epoch =
+      a.epoch != null && a.epoch !== a.attempt ? ` <span class="muted">epoch ${a.epoch}</span>` : "";
+    const left = a.started_at ? ((t(a.started_at) - t0) / (t1 - t0)) * 100 : 0;
+    const width = a.started_at ? ((t(a.ended_at) - t(a.started_at)) / (t1 - t0)) * 100 : 0;
+    return `<tr data-attempt="${a.attempt}" class="${stale ? "stale" : ""}">
+      <td class="num">${a.attempt}${epoch}</td>
+      <td>${daemon(a.worker, a.worker_name)}</td>
+      <td>${clock(a.started_at)}</td><td>${clock(a.ended_at)}</td>
+      <td>${badge(a.outcome)}${a.duplicate ? ` ${badge("duplicate")}` : ""}</td>
+      <td class="wrap">${a.error ? `<span class="error">${errorLine(a.error)}</span>` : ""}</td>
+      <td><div class="timeline"><div class="bar ${h(stale ? "stale" : a.outcome)}"
+        style="left:${left.toFixed(2)}%;width:${width.toFixed(2)}%"></div></div></td></tr>`;
+  });
+}
+
+export async function jobView(el, params, [id]) {
+  const base = `${nsPath()}/jobs/${enc(id)}`;
+  // Every attempt names its daemon (worker_name) while the daemon's row exists.
+  const job = await get(base);
+  let result = null;
+  if (TERMINAL.has(job.state)) {
+    const r = await api("GET", `${base}/result`);
+    if (r.status === 200) result = r.data;
+  }
+  let outcome = `<p class="muted">no result yet</p>`;
+  if (result) {
+    const error = result.error
+      ? `<p class="error">${errorLine(result.error)}</p>
+         ${result.error.traceback ? traceback("traceback", result.error.traceback) : ""}`
+      : "";
+    outcome = `${kv([
+      ["ok", result.ok ? "yes" : "no"],
+      ["value", `<code id="result-value">${h(JSON.stringify(result.value))}</code>`],
+      ["exit code", result.exit_code ?? "–"],
+    ])}${error}
+      ${result.output ? `<h2>Output</h2><pre>${h(result.output)}</pre>` : ""}
+      ${result.stderr ? `<h2>Stderr</h2><pre>${h(result.stderr)}</pre>` : ""}`;
+  }
+  const pending =
+    job.state === "pending"
+      ? [["pending reason", h(job.pending_reason || "–")], ["position", job.position ?? "–"]]
+      : [];
+  const jobLink = (id) => `<a href="#/job/${enc(id)}">${h(id)}</a>`;
+  const links = [
+    ...(job.retry_of ? [["retry of", jobLink(job.retry_of)]] : []),
+    ...((job.retried_by || []).length ? [["retried by", job.retried_by.map(jobLink).join(" ")]] : []),
+  ];
+  return () =>
+    render(
+      el,
+      `<h1>Job ${h(job.id)} <span id="job-state">${badge(job.state)}</span></h1>
+      <div class="actions">${TERMINAL.has(job.state) ? "" : `<button type="button" class="danger" data-cancel="${h(job.id)}">cancel</button>`}
+        ${RETRIED.has(job.state) ? `<button type="button" data-retry="${h(job.id)}">retry</button>` : ""}
+        <a href="#/jobs?queue=${enc(job.queue)}">all jobs of ${h(job.queue)}</a></div>
+      <div class="grid">
+        <div class="card">${kv([
+          ["queue", h(job.queue)], ["what", `<code>${h(job.fn || (job.command || []).join(" "))}</code>`],
+          ["priority", job.priority], ["attempt", `${job.attempt} of ${job.max_attempts}`],
+          ["daemon", daemon(job.worker, job.worker_name)], ["submitted", clock(job.submitted_at)],
+          ["started", clock(job.started_at)], ["finished", clock(job.finished_at)],
+          ["stale completions", job.stale], ...pending, ...links,
+        ])}</div>
+        <div class="card"><h2>Result</h2>${outcome}</div>
+      </div>
+      <h2>Attempts</h2>
+      ${table(["#", "daemon", "start", "end", "outcome", "error", "timeline"], timeline(job), "not started yet")}`,
+    );
+}
