@@ -67,6 +67,14 @@ class EditQueues(Struct, frozen=True):
     actor: str | None
 
 
+class SetLabels(Struct, frozen=True):
+    """Replace a worker's labels; its daemon keeps running (heartbeats do not carry them)."""
+
+    namespace: str
+    ref: str
+    labels: dict[str, str]
+
+
 class Members(Struct, frozen=True):
     """The workers pulling from a queue now (not stopped; lost ones may come back)."""
 
@@ -157,6 +165,7 @@ WorkerMsg = (
     | Register
     | Beat
     | EditQueues
+    | SetLabels
     | Scrub
     | RetireWorker
     | Sweep
@@ -251,6 +260,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 return await self._beat(hb)
             case EditQueues():
                 return await self._edit(msg)
+            case SetLabels(namespace=ns, ref=ref, labels=labels):
+                return await self._set_labels(ns, ref, labels)
             case Members(namespace=ns, queue=queue):
                 return [w for w in self._in(ns) if is_member(w, queue)]
             case Scrub(namespace=ns, queue=queue):
@@ -541,6 +552,16 @@ class WorkerRegistry(Actor[WorkerMsg]):
         for q in msg.remove:
             if q in worker.queues:
                 await self._record(new, q, "member_removed", msg.actor)
+        return new
+
+    async def _set_labels(self, ns: str, ref: str, labels: dict[str, str]) -> Worker:
+        worker = self.find(ns, ref)
+        if worker is None:
+            raise WorkerNotFound(ns, ref)
+        if worker.labels == labels:
+            return worker
+        new = msgspec.structs.replace(worker, labels=dict(labels))
+        await self._save(new)
         return new
 
     async def _save(self, worker: Worker) -> None:

@@ -4,7 +4,10 @@
 then daemons) and waits for the daemons it launched; ``down`` retires the file's daemon
 groups and archives its queues (``--rm``: deletes them and its providers). Only objects
 labelled with the project are ever taken down or patched back; others are shown as
-``? unmanaged`` and left alone.
+``? unmanaged`` and left alone. Running daemons of no project that match a group are
+adopted only with ``--adopt``; without it the group launches none beside them. ``down``
+refuses (changing nothing) to take away a queue that daemons it does not own still serve,
+unless ``--force``.
 
 Exit status: 0 done (``diff``: in sync), 1 an error (an invalid file: every problem as
 ``FILE:LINE:COL: …`` on stderr, nothing sent; an API error; a change that failed or
@@ -43,6 +46,7 @@ from lakeshore.compose import (
 from lakeshore.compose.changes import Change, Op
 from lakeshore.compose.display import change_lines, header, plan_text
 from lakeshore.compose.live import Live
+from lakeshore.compose.serving import served_by_others
 from lakeshore.config import ClientSettings
 from lakeshore.errors import InvalidName, LakeshoreError
 from lakeshore.model import Worker, validate_name
@@ -85,6 +89,12 @@ _ORPHANS = click.option(
     is_flag=True,
     help="Retire/archive/delete what this project created that the file no longer declares.",
 )
+_ADOPT = click.option(
+    "--adopt",
+    is_flag=True,
+    help="Adopt running daemons of no project that match a daemon group (its provider, "
+    "queues and names): label them as the project's and count them toward `count`.",
+)
 
 
 @click.group(cls=LakeshoreGroup)
@@ -100,8 +110,11 @@ def compose() -> None:
 @_FILE
 @_PROJECT
 @_ORPHANS
+@_ADOPT
 @click.pass_context
-def diff(ctx: click.Context, path: str, project: str | None, remove_orphans: bool) -> None:
+def diff(
+    ctx: click.Context, path: str, project: str | None, remove_orphans: bool, adopt: bool
+) -> None:
     """Show what `up` would change; change nothing.
 
     Exit status 0 when in sync, 3 when changes are pending, 1 on an error.
@@ -111,7 +124,7 @@ def diff(ctx: click.Context, path: str, project: str | None, remove_orphans: boo
 
     async def go(client: Client) -> Plan:
         live = await read_live(client, declared.namespaces)
-        return plan_up(declared, live, remove_orphans=remove_orphans)
+        return plan_up(declared, live, remove_orphans=remove_orphans, adopt=adopt)
 
     plan = _run(conf, go)
     body = {**msgspec.to_builtins(plan), "pending": plan.pending}
@@ -123,6 +136,7 @@ def diff(ctx: click.Context, path: str, project: str | None, remove_orphans: boo
 @_FILE
 @_PROJECT
 @_ORPHANS
+@_ADOPT
 @click.option(
     "--wait/--no-wait",
     default=True,
@@ -137,19 +151,27 @@ def diff(ctx: click.Context, path: str, project: str | None, remove_orphans: boo
     show_default=True,
     help="With --wait: give up (exit 1) after this many seconds.",
 )
-def up(path: str, project: str | None, remove_orphans: bool, wait: bool, timeout_s: float) -> None:
+def up(
+    path: str,
+    project: str | None,
+    remove_orphans: bool,
+    adopt: bool,
+    wait: bool,
+    timeout_s: float,
+) -> None:
     """Create, patch, launch and retire until the system matches the file.
 
     Applied in order: providers, then queues, then daemons. A second `up` changes
     nothing. If a change fails, the ones before it stay applied and the rest are listed;
-    run `up` again to finish.
+    run `up` again to finish. A daemon group that running daemons of no project match
+    launches none beside them (`!`) unless --adopt.
     """
     conf = settings()
     declared = _load(path, project, conf)
     _apply(
         conf,
         declared,
-        lambda live: plan_up(declared, live, remove_orphans=remove_orphans),
+        lambda live: plan_up(declared, live, remove_orphans=remove_orphans, adopt=adopt),
         wait=wait,
         timeout_s=timeout_s,
     )
@@ -164,15 +186,27 @@ def up(path: str, project: str | None, remove_orphans: bool, wait: bool, timeout
     is_flag=True,
     help="Delete the queues (rm --force) and the file's providers instead of archiving.",
 )
-def down(path: str, project: str | None, rm: bool) -> None:
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Archive (or delete) a queue even while daemons this project does not own serve it.",
+)
+def down(path: str, project: str | None, rm: bool, force: bool) -> None:
     """Retire the file's daemons and archive its queues.
 
     Only what the file declares and this project created (its label) is taken down;
-    providers are left unless --rm.
+    providers are left unless --rm. A queue that daemons this project does not own still
+    serve is not taken away unless --force: down then names them and changes nothing.
     """
     conf = settings()
     declared = _load(path, project, conf)
-    _apply(conf, declared, lambda live: plan_down(declared, live, rm=rm), wait=False)
+    _apply(
+        conf,
+        declared,
+        lambda live: plan_down(declared, live, rm=rm),
+        wait=False,
+        check=None if force else _refuse_served,
+    )
 
 
 @compose.command("schema")
@@ -227,6 +261,12 @@ class _Printer:
             click.echo("  " + line)
 
 
+def _refuse_served(plan: Plan, live: dict[str, Live]) -> list[str]:
+    """``down``: why the plan must not be applied (queues others' daemons serve)."""
+    several = len(plan.namespaces) > 1
+    return [f"compose down: {s.message(several)}" for s in served_by_others(plan, live)]
+
+
 def _apply(
     conf: ClientSettings,
     declared: Declared,
@@ -234,19 +274,34 @@ def _apply(
     *,
     wait: bool,
     timeout_s: float = 0,
+    check: Callable[[Plan, dict[str, Live]], list[str]] | None = None,
 ) -> None:
-    """Plan against the live state, apply, report; exit 1 if anything was left undone."""
+    """Plan against the live state, apply, report; exit 1 if anything was left undone.
+
+    Args:
+        check: what stops the whole plan before anything is sent (each on stderr, exit 1).
+    """
     fmt = conf.output or "table"
     printer = _Printer(declared.project, fmt == "table")
 
-    async def go(client: Client) -> tuple[Plan, Outcome]:
-        plan = make_plan(await read_live(client, declared.namespaces))
+    async def go(client: Client) -> tuple[Plan, Outcome] | list[str]:
+        live = await read_live(client, declared.namespaces)
+        plan = make_plan(live)
+        refused = check(plan, live) if check is not None else []
+        if refused:
+            return refused
         outcome = await apply(client, plan, printer)
         if wait and outcome.ok and outcome.launched:
             await _wait(conf, outcome.launched, timeout_s)
         return plan, outcome
 
-    plan, outcome = _run(conf, go)
+    done = _run(conf, go)
+    if isinstance(done, list):
+        for reason in done:
+            click.echo(f"error: {reason}", err=True)
+        click.echo("nothing was changed", err=True)
+        raise click.exceptions.Exit(API_ERROR)
+    plan, outcome = done
     shown = [c for c in plan.changes if c.action is None]
     cannot = [c for c in shown if c.op is Op.CANNOT]
     if fmt != "table":

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from msgspec import Struct
 
 from lakeshore.compose.changes import (
+    AdoptDaemons,
     ArchiveQueue,
     Change,
     CreateNamespace,
@@ -117,6 +118,14 @@ async def _send(client: Client, change: Change, launched: list[Worker]) -> None:
                     await client.worker_retire(w.id, namespace=ns)
                 except LakeshoreError as e:
                     raise _partly("retired", done, w.name, e) from None
+                done.append(w.name)
+        case AdoptDaemons(workers=workers, labels=labels):
+            done = []
+            for w in workers:
+                try:
+                    await client.worker_patch(w.id, labels=labels, namespace=ns)
+                except LakeshoreError as e:
+                    raise _partly("adopted", done, w.name, e) from None
                 done.append(w.name)
         case EditMembership(worker=w, add=add, remove=remove):
             await client.worker_queues(w.id, add=add, remove=remove, namespace=ns)

@@ -18,7 +18,7 @@ from lakeshore.model import QueueCreate
 class Op(StrEnum):
     #: ``+`` a namespace, provider or queue is created, or daemons are launched
     CREATE = "create"
-    #: ``~`` fields of a live object are changed in place
+    #: ``~`` fields of a live object are changed in place, or running daemons adopted
     PATCH = "patch"
     #: ``-`` daemons are retired, a queue archived or deleted, a provider deleted
     REMOVE = "remove"
@@ -123,6 +123,13 @@ class RetireDaemons(Struct, frozen=True, kw_only=True, tag="retire_daemons"):
     workers: list[WorkerRef]
 
 
+class AdoptDaemons(Struct, frozen=True, kw_only=True, tag="adopt_daemons"):
+    """Label running daemons as the group's (``labels``: their labels from now on)."""
+
+    workers: list[WorkerRef]
+    labels: dict[str, str]
+
+
 class EditMembership(Struct, frozen=True, kw_only=True, tag="edit_membership"):
     worker: WorkerRef
     add: list[str]
@@ -141,6 +148,7 @@ Action = (
     | DeleteQueue
     | LaunchDaemons
     | RetireDaemons
+    | AdoptDaemons
     | EditMembership
 )
 
@@ -183,6 +191,7 @@ __all__ = [
     "PENDING",
     "SYMBOLS",
     "Action",
+    "AdoptDaemons",
     "ArchiveQueue",
     "Change",
     "CreateNamespace",

@@ -10,13 +10,17 @@ starting, idle or busy; retiring, lost and stopped ones do not count. So:
 - more: retire the extras, idle ones first, then the highest names.
 - a member whose queues differ has its membership edited in place; one whose provider or
   labels differ cannot be changed (``!``): it must be retired and replaced.
+- a group short of its count first looks at the running daemons no project owns that match
+  it (:mod:`lakeshore.compose.adoption`): ``--adopt`` adopts them, else it launches none.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
+from lakeshore.compose import adoption
+from lakeshore.compose.adoption import Adoption
 from lakeshore.compose.changes import (
     Change,
     EditMembership,
@@ -59,17 +63,30 @@ def group_changes(
     workers: list[Worker],
     project: str,
     providers: set[str],
-) -> list[Change]:
+    *,
+    unowned: Sequence[Worker] = (),
+    adopt: bool = False,
+) -> tuple[list[Change], Adoption]:
     """What keeps group ``key`` at ``spec``.
 
     Args:
         workers: every worker of the namespace.
         providers: the providers daemons can be launched on (declared or live).
+        unowned: the running daemons no project owns that the group may adopt
+            (:func:`adoption.unowned`, less those an earlier group named).
+        adopt: adopt those that match (``--adopt``).
+
+    Returns:
+        The group's changes, and what it made of ``unowned``.
     """
     ours = [w for w in project_workers(workers, project) if w.labels.get(DAEMON_LABEL) == key]
     members = [w for w in ours if w.status in MEMBER]
     labels = with_labels(spec.labels, project, key)
     changes = [c for w in members if (c := _fixed_fields(namespace, w, spec, labels))]
+    stem = daemon_stem(key, spec)
+    found = adoption.consider(
+        namespace, key, spec, stem, labels, spec.count - len(members), list(unowned), adopt=adopt
+    )
 
     retired = _extras(members, len(members) - spec.count)
     if retired:
@@ -85,10 +102,11 @@ def group_changes(
         )
     kept = [w for w in members if w not in retired]
     changes += [c for w in kept if (c := _membership(namespace, w, spec))]
+    changes += found.changes
 
-    need = spec.count - len(members)
-    if need <= 0:
-        return changes
+    need = spec.count - len(members) - len(found.adopted)
+    if need <= 0 or found.withheld:
+        return changes, found
     if spec.provider not in providers:
         changes.append(
             Change(
@@ -100,8 +118,7 @@ def group_changes(
                 "or create it (lakeshore providers add)",
             )
         )
-        return changes
-    stem = daemon_stem(key, spec)
+        return changes, found
     held = {w.name for w in workers if w.status not in DEAD}
     names = _new_names(
         stem, spec.count, need, held, [w for w in ours if w.status is WorkerStatus.LOST]
@@ -118,7 +135,7 @@ def group_changes(
             ),
         )
     )
-    return changes
+    return changes, found
 
 
 def retire_changes(namespace: str, key: str, workers: list[Worker], project: str) -> list[Change]:
@@ -143,15 +160,30 @@ def retire_changes(namespace: str, key: str, workers: list[Worker], project: str
 
 
 def daemon_changes(
-    ns: str, spec: NamespaceSpec, now: Live, project: str, remove_orphans: bool
+    ns: str,
+    spec: NamespaceSpec,
+    now: Live,
+    project: str,
+    remove_orphans: bool,
+    adopt: bool = False,
 ) -> list[Change]:
     """Every group's changes (:func:`group_changes`), then the project's daemons of groups
     the file no longer declares (orphans: shown, or retired with ``remove_orphans``), then
-    the hand-launched daemons of no project's (unmanaged: shown)."""
+    the hand-launched daemons of no project's (unmanaged: shown, with why a group did not
+    adopt them; not those a group's line names)."""
     providers = {BUILTIN_PROVIDER, *spec.providers, *(p.name for p in now.providers)}
     changes = []
+    free = adoption.unowned(now.workers)
+    named: set[str] = set()
+    notes: dict[str, str] = {}
     for key, want in spec.daemons.items():
-        changes += group_changes(ns, key, want, now.workers, project, providers)
+        left = [w for w in free if w.name not in named]
+        kept, found = group_changes(
+            ns, key, want, now.workers, project, providers, unowned=left, adopt=adopt
+        )
+        changes += kept
+        named |= found.named
+        notes = {**found.notes, **notes}  # the first group to look at a daemon explains it
     orphans: dict[str, list[WorkerRef]] = {}
     for w in project_workers(now.workers, project):
         group = w.labels.get(DAEMON_LABEL, "")
@@ -182,8 +214,13 @@ def daemon_changes(
                 for r in refs
             ]
     for w in sorted(now.workers, key=lambda w: w.name):
+        if w.name in named:
+            continue
         if not w.managed and w.status in MEMBER and not owned(w.labels, project):
-            changes.append(Change(namespace=ns, op=Op.UNMANAGED, subject="daemon", name=w.name))
+            why = notes.get(w.name, "")
+            changes.append(
+                Change(namespace=ns, op=Op.UNMANAGED, subject="daemon", name=w.name, summary=why)
+            )
     return changes
 
 

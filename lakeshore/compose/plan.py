@@ -9,7 +9,9 @@ Ownership is by label: what compose creates carries ``lakeshore.io/project: <pro
 A declared object that already exists unlabelled is adopted (the label is added); one
 labelled with another project cannot be (``!``). Live objects the file does not declare
 are shown, never touched: ``? unmanaged`` when they are not the project's, ``? orphan``
-when they are (``up --remove-orphans`` retires or archives orphans).
+when they are (``up --remove-orphans`` retires or archives orphans). Running daemons of no
+project that match a daemon group are adopted only with ``adopt``
+(:mod:`lakeshore.compose.adoption`).
 """
 
 from __future__ import annotations
@@ -32,13 +34,22 @@ from lakeshore.compose.queues import queue_changes
 from lakeshore.model import QueueState
 
 
-def plan_up(declared: Declared, live: dict[str, Live], *, remove_orphans: bool = False) -> Plan:
+def plan_up(
+    declared: Declared,
+    live: dict[str, Live],
+    *,
+    remove_orphans: bool = False,
+    adopt: bool = False,
+) -> Plan:
     """The changes that make each declared namespace match the file.
 
     Args:
         live: a snapshot of every namespace the file declares.
         remove_orphans: retire the project's daemons, archive its queues and delete its
             providers that the file no longer declares (else they are only shown).
+        adopt: a daemon group short of its count adopts the running daemons of no project
+            that match it (else it launches none beside them: ``!``); see
+            :mod:`lakeshore.compose.adoption`.
     """
     changes: list[Change] = []
     for ns, spec in declared.namespaces.items():
@@ -55,7 +66,7 @@ def plan_up(declared: Declared, live: dict[str, Live], *, remove_orphans: bool =
             )
         changes += provider_changes(ns, spec, now, declared.project, remove_orphans)
         changes += queue_changes(ns, spec, now, declared.project, remove_orphans)
-        changes += daemon_changes(ns, spec, now, declared.project, remove_orphans)
+        changes += daemon_changes(ns, spec, now, declared.project, remove_orphans, adopt)
     return Plan(project=declared.project, namespaces=list(declared.namespaces), changes=changes)
 
 

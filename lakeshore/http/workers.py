@@ -1,4 +1,4 @@
-"""Worker routes: list, show, edit queue membership (``Worker.queues``), retire."""
+"""Worker routes: list, show, patch labels, edit queue membership (``Worker.queues``), retire."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from lakeshore.http import query
 from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import FLEET
-from lakeshore.model import MembershipEdit, Worker, WorkerEdited
+from lakeshore.model import MembershipEdit, Worker, WorkerEdited, WorkerPatch
 
 routes = Routes()
 BASE = "/v1/namespaces/{ns}/workers"
@@ -29,6 +29,19 @@ async def list_workers(request: web.Request) -> web.Response:
 async def show(request: web.Request) -> web.Response:
     ns = await namespace(request)
     return reply(await request.app[FLEET].worker(ns.name, request.match_info["id"]))
+
+
+@routes.route(
+    "PATCH",
+    BASE + "/{id}",
+    "Replace a worker's labels; the daemon keeps running",
+    body=WorkerPatch,
+    answer=Worker,
+)
+async def patch(request: web.Request) -> web.Response:
+    ns = await namespace(request)
+    body = await decode_body(request, WorkerPatch)
+    return reply(await request.app[FLEET].patch_worker(ns.name, request.match_info["id"], body))
 
 
 @routes.route(

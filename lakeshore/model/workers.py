@@ -8,7 +8,7 @@ from typing import Annotated
 
 from msgspec import Meta, Struct
 
-from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES
+from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES, Labels
 
 #: The placement key of a daemon its provider still holds in a queue (a pending Slurm
 #: job), set to ``"true"``: the registry does not time its launch until it is gone.
@@ -80,6 +80,13 @@ class WorkerEdited(Worker, frozen=True, kw_only=True):
 class MembershipEdit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     add: Annotated[list[str], Meta(max_length=MAX_ENTRIES)] = []
     remove: Annotated[list[str], Meta(max_length=MAX_ENTRIES)] = []
+
+
+class WorkerPatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A change of a running worker's row (``None``: left as it is)."""
+
+    #: its labels from now on (replaced whole: compose adopts a daemon by labelling it)
+    labels: Labels | None = None
 
 
 class WorkerRegister(Struct, frozen=True, kw_only=True):

@@ -62,6 +62,16 @@ class FleetRoutes(Transport):
         path = self._ns(namespace, "workers", ref, "queues")
         return Call(self, WorkerEdited, "POST", path, json=body)
 
+    def worker_patch(
+        self, ref: str, *, labels: dict[str, str] | None = None, namespace: str | None = None
+    ) -> Call[Worker]:
+        """Replace a worker's labels (``None``: left as they are); the daemon keeps running.
+        ``compose up --adopt`` labels a hand-launched daemon as its project's this way."""
+        body: dict[str, Any] = {}
+        if labels is not None:
+            body["labels"] = labels
+        return Call(self, Worker, "PATCH", self._ns(namespace, "workers", ref), json=body)
+
     # ---- daemons and providers ----------------------------------------------------------
 
     def daemons_launch(self, body: DaemonLaunch, *, namespace: str | None = None) -> Call[Launched]:

@@ -21,8 +21,16 @@ from lakeshore.actors.launcher import (
     PatchProvider,
     RemoveProvider,
     StopDaemon,
+    check_labels,
 )
-from lakeshore.actors.workers import Beat, EditQueues, Register, RetireWorker, new_worker_id
+from lakeshore.actors.workers import (
+    Beat,
+    EditQueues,
+    Register,
+    RetireWorker,
+    SetLabels,
+    new_worker_id,
+)
 from lakeshore.bus.port import Bus
 from lakeshore.errors import Conflict, WorkerNotFound
 from lakeshore.model import (
@@ -44,6 +52,7 @@ from lakeshore.model import (
     ProviderPatch,
     Worker,
     WorkerEdited,
+    WorkerPatch,
     WorkerRegister,
     WorkerStatus,
     validate_name,
@@ -112,6 +121,18 @@ class FleetService:
             if name != DEFAULT_QUEUE and await self._store.get_queue(namespace, name) is None
         ]
         return WorkerEdited(**msgspec.structs.asdict(worker), warnings=warnings)
+
+    async def patch_worker(self, namespace: str, ref: str, patch: WorkerPatch) -> Worker:
+        """Change a worker's row in place (its labels); the daemon is not told or restarted.
+
+        Raises:
+            Invalid: a label key a daemon could not be given (``--label KEY=VALUE``).
+            WorkerNotFound: no worker by that id or name.
+        """
+        if patch.labels is None:
+            return await self.worker(namespace, ref)
+        check_labels(patch.labels)
+        return await self._workers.ask(SetLabels(namespace, ref, patch.labels))
 
     async def retire(self, namespace: str, ref: str, *, force: bool = False) -> Worker:
         """Have a worker finish its current run, then exit (told at once, and again in its

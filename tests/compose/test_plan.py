@@ -95,7 +95,7 @@ def test_a_new_group_gets_the_launchers_canonical_names(count, names):
 def test_names_held_by_live_workers_are_skipped_for_the_next_free_ones():
     workers = [
         worker("train-00"),
-        worker("train-01", group=None),  # someone else's daemon holds the name
+        worker("train-01", group=None, labels={PROJECT_LABEL: "other"}),  # another project's
         worker("train-02", status=WorkerStatus.STOPPED),  # a dead row frees its name
     ]
     plan = plan_up(group_file(3), snapshot(workers=workers))

@@ -24,6 +24,7 @@ BODIES = {
     ("post", "/v1/namespaces/{ns}/queues/{name}/invocations"): {"fn": "m:f"},
     ("post", "/v1/namespaces/{ns}/jobs/{id}/retry"): {},
     ("post", "/v1/namespaces/{ns}/workers/{id}/queues"): {"add": ["q"]},
+    ("patch", "/v1/namespaces/{ns}/workers/{id}"): {"labels": {"team": "matrix"}},
     ("post", "/v1/namespaces/{ns}/daemons"): {"name": "dd", "provider": "p"},
     ("post", "/v1/namespaces/{ns}/daemons/join"): {},
     ("post", "/v1/namespaces/{ns}/providers"): {"name": "p2", "kind": "external"},

@@ -46,6 +46,7 @@ NAME_FIELDS = {
 OTHER_BODIES = {
     ("post", "/v1/namespaces/{ns}/tokens"): {"description": "x"},
     ("patch", "/v1/namespaces/{ns}/queues/{name}"): {"description": "x"},
+    ("patch", "/v1/namespaces/{ns}/workers/{id}"): {"labels": {"k": "x"}},
 }
 
 

@@ -132,3 +132,17 @@ async def test_the_openapi_answer_of_a_membership_edit_has_its_warnings(api):
     schema = doc["components"]["schemas"]["WorkerEdited"]
     assert schema["properties"]["warnings"]["type"] == "array"
     assert {"id", "name", "queues"} <= set(schema["properties"])
+
+
+async def test_a_patch_replaces_a_running_workers_labels_and_refuses_bad_ones(api, register):
+    await register("labelled", queues=["eval"])
+    status, body = await api.patch(W + "/labelled", {"labels": {"team": "vision"}})
+    assert (status, body["labels"]) == (200, {"team": "vision"}), body
+    assert (await api.get(W + "/labelled"))[1]["labels"] == {"team": "vision"}
+    status, body = await api.patch(W + "/labelled", {"labels": {"a=b": "x"}})
+    assert status == 400 and "label key" in body["error"]["message"], body
+    status, body = await api.patch(W + "/labelled", {"queues": ["x"]})
+    assert status == 400, body
+    assert (await api.get(W + "/labelled"))[1]["labels"] == {"team": "vision"}
+    status, body = await api.patch(W + "/nobody", {"labels": {}})
+    assert (status, body["error"]["code"]) == (404, "worker_not_found"), body
