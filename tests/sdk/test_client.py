@@ -186,6 +186,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.workers_ls(),
         c.worker_show("x"),
         c.worker_queues("x"),
+        c.worker_patch("x", labels={}),
         c.submit("x", []),
         c.worker_retire("x"),
         c.daemons_launch(DaemonLaunch(name="x")),

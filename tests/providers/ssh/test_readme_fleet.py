@@ -33,10 +33,12 @@ def _blocks(lang: str) -> list[str]:
 
 
 def _commands() -> list[list[str]]:
-    """Every ``.venv/bin/lakeshore …`` line of the section's shell block, as argv (the
-    one-time ``ssh-keygen`` lines are the reader's own set-up)."""
+    """Every ``.venv/bin/lakeshore …`` line of the section's worked example (its shell block
+    that adds the providers), as argv (the one-time ``ssh-keygen`` lines are the reader's
+    own set-up; the block before it clears away what the README's earlier sections made)."""
     argvs = []
-    for line in _blocks("sh")[0].splitlines():
+    [example] = [b for b in _blocks("sh") if "providers add" in b]
+    for line in example.splitlines():
         if line.startswith(PROGRAM):
             line = line.replace("$PWD/.venv/bin/python", sys.executable)
             argvs.append(shlex.split(line[len(PROGRAM) :], comments=True))
