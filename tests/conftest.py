@@ -245,7 +245,28 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None
 
 
+#: Tests that run one at a time, in the order collected, on one xdist worker (``-n 2
+#: --dist loadgroup``): the fault matrix and HA rows bound stalls and takeovers, so two of
+#: them never load the machine at once; the Slurm cluster is one per machine.
+_SERIAL_GROUPS = {
+    "faults": ("tests/faults/", "tests/ha/", "tests/test_cluster.py"),
+    "slurm": ("tests/providers/slurm/",),
+}
+
+
+def _serial_group(item: pytest.Item) -> str | None:
+    path = item.path.relative_to(Path(__file__).parents[1]).as_posix()
+    for group, prefixes in _SERIAL_GROUPS.items():
+        if path.startswith(prefixes):
+            return group
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _serial_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if not config.getoption("--quick"):
         return
     skip = pytest.mark.skip(reason="slow fault row; run without --quick")
