@@ -28,6 +28,7 @@ from lakeshore.model import (
     Queue,
     QueueKind,
     check_depth,
+    check_stop_grace,
     now,
 )
 
@@ -93,6 +94,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
                 timeout_s=spec.timeout_s,
                 max_attempts=spec.max_attempts,
                 submitted_at=submitted_at,
+                stop_grace_s=spec.stop_grace_s,
             )
         )
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -115,6 +117,7 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
         raise Invalid(f"{where}: command must be a non-empty argv list")
     check_depth(f"{where}: args", spec.args)
     check_depth(f"{where}: kwargs", spec.kwargs)
+    check_stop_grace(where, spec.stop_grace_s)
     if spec.priority and row.kind is QueueKind.FIFO:
         raise Invalid(
             f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "
@@ -226,6 +229,7 @@ def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any
         "max_attempts": spec.max_attempts,
         "timeout_s": spec.timeout_s,
         "idempotency_key": spec.idempotency_key,
+        "stop_grace_s": spec.stop_grace_s,
     }
     if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
         detail["args"], detail["kwargs"] = spec.args, spec.kwargs

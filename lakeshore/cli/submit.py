@@ -20,7 +20,7 @@ from lakeshore.cli.context import LakeshoreCommand, settings
 from lakeshore.cli.jobs import show_result
 from lakeshore.cli.options import key_values
 from lakeshore.cli.params import QUEUE_NAME
-from lakeshore.model import InvocationSubmit
+from lakeshore.model import DEFAULT_STOP_GRACE_S, MAX_STOP_GRACE_S, InvocationSubmit
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import poll_result
 
@@ -95,6 +95,13 @@ def build(
     type=click.FloatRange(min=0, min_open=True),
     metavar="S",
     help="Kill a run after S seconds (a failed attempt).",
+)
+@click.option(
+    "--stop-grace-s",
+    type=click.FloatRange(0, MAX_STOP_GRACE_S),
+    metavar="S",
+    help="A stopped run (cancel, timeout) gets SIGTERM, then SIGKILL S seconds later "
+    f"(default {DEFAULT_STOP_GRACE_S:g}).",
 )
 @click.option(
     "--max-attempts", type=click.IntRange(1, 100), help="Tries before it fails (default 1)."

@@ -6,7 +6,8 @@ the claim in the order the data plane fixes:
 - success: put the ``Result``, event ``succeeded`` (stored), ``ack()``;
 - failure with attempts left: event ``retrying`` (stored), ``nak(backoff(epoch))``;
 - last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
-- cancelled: event ``cancelled`` (stored), ``term()``;
+- cancelled: a command's ``Result`` (what it printed, how it was stopped; best effort),
+  event ``cancelled`` (stored, with the error saying how), ``term()``;
 - interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
 
 An outcome's event is stored before the message is acknowledged: a daemon that dies in
@@ -43,6 +44,8 @@ from lakeshore.daemon.policies import (
     Lease,
     RunTimedOut,
     backoff_s,
+    cancelled_error,
+    how_stopped,
     persist,
     should_retry,
     timed_out_error,
@@ -102,6 +105,8 @@ class Job:
         self._ctx = ctx
         self._stop: Stop | None = None
         self._run: asyncio.Task[Outcome] | None = None
+        #: the run's output and how it was stopped, once it has started
+        self._capture: Capture | None = None
         self._label = f"{self.id} attempt {claim.epoch}"
         #: the drain ran out of time: settling stops waiting for NATS
         self._out_of_time = False
@@ -149,12 +154,11 @@ class Job:
         if self._stop is not None:
             return None
         inv, c = self.claim.invocation, self.claim
-        capture = Capture()
+        capture = self._capture = Capture()
         self._emit(EventType.STARTED, {"seq": c.seq})
         log.info("%s: started", self._label)
-        self._run = asyncio.create_task(
-            within(inv.timeout_s, self._ctx.runner.run(inv, capture)), name=self._label
-        )
+        run = self._ctx.runner.run(inv, capture, attempt=c.epoch, run_id=self.run_id)
+        self._run = asyncio.create_task(within(inv.timeout_s, run), name=self._label)
         if self._stop is not None:  # stopped while the run was being set up
             self._run.cancel()
         try:
@@ -162,7 +166,7 @@ class Job:
         except RunTimedOut as e:
             return Outcome(
                 ok=False,
-                error=timed_out_error(e),
+                error=timed_out_error(e, self._how_stopped()),
                 exit_code=capture.exit_code,
                 output=capture.text() if inv.command else None,
                 stderr=capture.stderr_text() if inv.command else None,
@@ -178,7 +182,7 @@ class Job:
         bus, c = self._ctx.bus, self.claim
         if outcome is None:
             if self._stop is Stop.CANCEL:
-                await self._record(EventType.CANCELLED, {"seq": c.seq})
+                await self._record(EventType.CANCELLED, await self._cancelled())
                 await self._finish(bus.term(c.msg), "term")
                 log.info("%s: cancelled", self._label)
             else:
@@ -210,6 +214,36 @@ class Job:
             await self._finish(bus.term(c.msg), "term")
             log.info("%s: failed (%s), no attempts left", self._label, _brief(outcome))
 
+    async def _cancelled(self) -> dict[str, Any]:
+        """The ``cancelled`` event's detail; a command that ran gets its ``Result`` stored
+        first, with what it printed (a failed put is logged: the cancel stands)."""
+        detail: dict[str, Any] = {"seq": self.claim.seq}
+        capture = self._capture
+        if capture is None:  # stopped before it started
+            return detail
+        error = cancelled_error(self._how_stopped())
+        detail["error"] = _short(error)
+        if self.claim.invocation.command is None:
+            return detail
+        if capture.exit_code is not None:
+            detail["exit_code"] = capture.exit_code
+        outcome = Outcome(
+            ok=False,
+            error=error,
+            exit_code=capture.exit_code,
+            output=capture.text(),
+            stderr=capture.stderr_text(),
+        )
+        try:
+            await self._put_result(outcome)
+        except LakeshoreError as e:
+            log.warning("%s: the cancelled run's output is not stored: %s", self._label, e)
+        return detail
+
+    def _how_stopped(self) -> str:
+        stopped = self._capture.stopped if self._capture is not None else None
+        return how_stopped(stopped, function=self.claim.invocation.command is None)
+
     async def _finish(self, call: Awaitable[None], what: str) -> None:
         """The final ack or term: the run is over whether or not the server heard it."""
         try:
@@ -236,7 +270,7 @@ class Job:
             within_s=c.ack_wait_s,
             what=f"{self._label}: result not stored",
             # A drain out of time stops settling too: the claim is redelivered.
-            give_up=lambda: self._stop is Stop.INTERRUPT,
+            give_up=lambda: self._out_of_time,
         )
 
     def _detail(self, outcome: Outcome) -> dict[str, Any]:

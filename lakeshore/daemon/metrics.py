@@ -67,13 +67,13 @@ class MeteredRunner(Runner):
         super().__init__(base_env)
         self._metrics = metrics
 
-    async def run(self, inv: Invocation, capture: Capture) -> Outcome:
+    async def run(self, inv: Invocation, capture: Capture, *, attempt: int, run_id: str) -> Outcome:
         m = self._metrics
         m.in_flight.inc()
         start = time.perf_counter()
         outcome = "stopped"  # cancelled: stopped, interrupted or timed out
         try:
-            result = await super().run(inv, capture)
+            result = await super().run(inv, capture, attempt=attempt, run_id=run_id)
             outcome = "succeeded" if result.ok else "failed"
             return result
         finally:

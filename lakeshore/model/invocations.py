@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
-from lakeshore.model.names import MAX_LABEL, MAX_TIMEOUT_S
+from lakeshore.model.names import DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
 from lakeshore.model.redact import redacted_fields, redacted_repr
 
 #: Largest batch one submit may carry.
@@ -102,6 +102,9 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: the job this one retries: set by the retry route only (a producer's submit naming
     #: it is refused, so a link always means ``jobs retry`` made it)
     retry_of: str | None = None
+    #: a stopped run (cancel, timeout, a daemon stopping) gets SIGTERM, then SIGKILL this
+    #: many seconds later if it has not exited (0–3600; checked at admission, which names it)
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -163,6 +166,8 @@ class Invocation(Struct, frozen=True, kw_only=True):
     timeout_s: float | None = None
     max_attempts: int = 1
     submitted_at: datetime
+    #: seconds between SIGTERM and SIGKILL when the run is stopped
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields

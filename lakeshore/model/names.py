@@ -71,6 +71,19 @@ def check_depth(what: str, value: Any) -> None:
             stack.extend((v, depth + 1) for v in item)
 
 
+def check_stop_grace(what: str, value: float) -> None:
+    """Refuse a ``stop_grace_s`` outside 0–:data:`MAX_STOP_GRACE_S` seconds.
+
+    Raises:
+        Invalid: naming ``what``, the field, the range and the value.
+    """
+    if not 0 <= value <= MAX_STOP_GRACE_S:  # also false for NaN
+        raise Invalid(
+            f"{what}: stop_grace_s must be between 0 and {MAX_STOP_GRACE_S:g} seconds "
+            f"(got {value:g})"
+        )
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -87,6 +100,10 @@ MAX_TARGET_PENDING = 1_000_000
 MAX_DELAY_S = 7 * 24 * 3600.0
 #: Longest ``timeout_s`` of an invocation: 30 days (seconds).
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
+#: How long a stopped run has between SIGTERM and SIGKILL unless it says (seconds).
+DEFAULT_STOP_GRACE_S = 10.0
+#: Longest ``stop_grace_s`` of an invocation: one hour (seconds).
+MAX_STOP_GRACE_S = 3600.0
 #: Largest ``elasticity.cost_weight``.
 MAX_COST_WEIGHT = 1_000_000.0
 #: Longest free text (descriptions).

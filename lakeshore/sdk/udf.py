@@ -23,7 +23,14 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import msgspec
 
-from lakeshore.model import MAX_BATCH, InvocationSubmit, SubmitAnswer
+from lakeshore.errors import Invalid
+from lakeshore.model import (
+    DEFAULT_STOP_GRACE_S,
+    MAX_BATCH,
+    InvocationSubmit,
+    SubmitAnswer,
+    check_stop_grace,
+)
 from lakeshore.sdk import sync
 from lakeshore.sdk.client import Client
 from lakeshore.sdk.invocation import Invocation
@@ -122,6 +129,7 @@ class Udf(Generic[P, R]):
         priority: int,
         namespace: str | None,
         idempotency_key: str | None = None,
+        stop_grace_s: float = DEFAULT_STOP_GRACE_S,
     ) -> None:
         self.fn = fn
         #: ``module:qualname``, what the daemon imports
@@ -133,11 +141,15 @@ class Udf(Generic[P, R]):
             "max_attempts": max_attempts,
             "priority": priority,
             "idempotency_key": idempotency_key,
+            "stop_grace_s": stop_grace_s,
         }
         try:
             self._options = msgspec.convert(options, InvocationSubmit)
+            check_stop_grace(f"invalid @udf option for {self.ref}", self._options.stop_grace_s)
         except msgspec.ValidationError as e:
             raise ValueError(f"invalid @udf option for {self.ref}: {e}") from None
+        except Invalid as e:
+            raise ValueError(str(e)) from None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -156,6 +168,7 @@ class Udf(Generic[P, R]):
             "priority": self._options.priority,
             "namespace": self.namespace,
             "idempotency_key": self._options.idempotency_key,
+            "stop_grace_s": self._options.stop_grace_s,
         }
         unknown = set(changes) - set(current)
         if unknown:
@@ -257,6 +270,7 @@ def udf(
     max_attempts: int = 1,
     priority: int = 0,
     namespace: str | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> Callable[[Callable[P, R]], Udf[P, R]]: ...
 
 
@@ -269,6 +283,7 @@ def udf(
     max_attempts: int = 1,
     priority: int = 0,
     namespace: str | None = None,
+    stop_grace_s: float = DEFAULT_STOP_GRACE_S,
 ) -> Any:
     """Make a module-level function submittable: ``@udf(queue="cpu-prep")`` (or ``@udf``).
 
@@ -284,6 +299,10 @@ def udf(
         max_attempts: tries before the invocation fails, 1–100.
         priority: 0–9, higher first (priority queues only).
         namespace: the queue's namespace; ``None`` is the configured client's.
+        stop_grace_s: a stopped run (cancelled, timed out, its daemon stopping) gets
+            SIGTERM, then SIGKILL this many seconds later, 0–3600. (A function runs on a
+            daemon thread for now, which cannot be stopped: this applies to its process
+            once functions run in one.)
 
     Raises:
         TypeError: the function cannot be imported by name on a daemon (a lambda, a
@@ -299,6 +318,7 @@ def udf(
             max_attempts=max_attempts,
             priority=priority,
             namespace=namespace,
+            stop_grace_s=stop_grace_s,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -342,6 +342,8 @@ class JobService:
             shown = summary(await self._shown(job))
             return _named(shown, await self._worker_names(namespace, [shown]))
         if job.state in _ENDED:
+            if (stopped := await self._stopped_result(namespace, job)) is not None:
+                return stopped
             kind, what = _ENDED[job.state]
             error = job.error or RemoteError(type=kind, message=f"invocation {job.id} {what}")
             return Result(id=job.id, ok=False, error=error, worker=job.worker)
@@ -469,6 +471,19 @@ class JobService:
         raise NotFound(
             f"the result of job {job.id!r} is no longer stored (results are kept for 7 days)"
         )
+
+    async def _stopped_result(self, namespace: str, job: JobDetail) -> Result | None:
+        """The result the daemon stored for a cancelled run (a command's: what it printed,
+        how it was stopped), if there is one."""
+        if job.state is not InvocationState.CANCELLED:
+            return None
+        epochs = [a.epoch for a in job.attempts if a.outcome == "cancelled" and a.epoch]
+        if not epochs:
+            return None  # cancelled while pending
+        stored = await self._results.get_result(namespace, job.id, epochs[-1])
+        if stored is None or stored.error is None or stored.error.type != _ENDED[job.state][0]:
+            return None
+        return stored
 
     async def _stop_run(self, namespace: str, job: Job) -> None:
         if job.worker is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from lakeshore.actors.admission import MAX_KEPT_BODY_BYTES
 from lakeshore.errors import Conflict, Invalid
-from lakeshore.model import RETRIED_STATES, InvocationSubmit, Job
+from lakeshore.model import DEFAULT_STOP_GRACE_S, RETRIED_STATES, InvocationSubmit, Job
 
 
 def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> InvocationSubmit:
@@ -46,6 +46,8 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
         fn=job.fn, args=submitted.get("args") or [], kwargs=submitted.get("kwargs") or {},
         command=job.command, env=env or {}, priority=job.priority,
         timeout_s=submitted.get("timeout_s"), max_attempts=job.max_attempts, retry_of=job.id,
+        # A job submitted before stop_grace_s existed has none kept: it gets the default.
+        stop_grace_s=submitted.get("stop_grace_s", DEFAULT_STOP_GRACE_S),
     )  # fmt: skip
 
 

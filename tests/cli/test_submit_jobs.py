@@ -79,14 +79,16 @@ async def stored(js, stream: str = "LS_default_cpu-prep") -> list[Invocation]:
 
 async def test_submit_a_command_prints_its_id_and_lands_on_the_queue(cli, queue, js):
     result = await cli(
-        "submit", "--queue", queue, "--env", "A=1", "--timeout", "9", "--", "echo", "-n", "hi"
-    )
+        "submit", "--queue", queue, "--env", "A=1", "--timeout", "9", "--stop-grace-s", "2",
+        "--", "echo", "-n", "hi",
+    )  # fmt: skip
     [msg] = await stored(js)
     assert result.stdout == f"{msg.id}\n"
-    assert (msg.command, msg.env, msg.timeout_s, msg.fn) == (
+    assert (msg.command, msg.env, msg.timeout_s, msg.stop_grace_s, msg.fn) == (
         ["echo", "-n", "hi"],
         {"A": "1"},
         9,
+        2,
         None,
     )
 

@@ -118,9 +118,18 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(
     assert await bench.events.wait_final(inv_id) is EventType.FAILED
     result = await bench.result(inv_id, 1)
     assert result.error.type == "builtins.TimeoutError"
-    assert "timeout_s=1.5" in result.error.message
-    assert result.exit_code == -9 and result.output == "started\n" and result.stderr == ""
+    assert result.error.message.startswith("timed out after 1.5 s; SIGTERM, then it exited after")
+    assert result.exit_code == -15 and result.output == "started\n" and result.stderr == ""
     await wait_gone(sleeper)
+
+
+async def test_a_command_sees_its_job_id_and_attempt(bench, daemons):
+    q = await bench.queue("runs-env")
+    await daemons.start("solo", queues=[q])
+    script = 'echo "$LAKESHORE_JOB_ID $LAKESHORE_ATTEMPT"'
+    [inv_id] = await bench.submit(q, command("sh", "-c", script, env={"LAKESHORE_JOB_ID": "mine"}))
+    assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    assert (await bench.result(inv_id, 1)).output == f"{inv_id} 1\n"
 
 
 async def test_a_result_over_the_nats_max_payload_fails_the_attempt(bench, daemons):

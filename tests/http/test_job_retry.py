@@ -41,7 +41,7 @@ async def failed(jobs: Jobs, **spec) -> str:
 
 
 async def test_a_retry_submits_the_same_body_again_linked_both_ways(jobs: Jobs) -> None:
-    old = await failed(jobs, kwargs={"k": [1, 2]}, timeout_s=9.0, max_attempts=2)
+    old = await failed(jobs, kwargs={"k": [1, 2]}, timeout_s=9.0, max_attempts=2, stop_grace_s=0)
     status, body = await jobs.api.post(f"{J}/{old}/retry")
     assert status == 202, body
     new = body["id"]
@@ -50,6 +50,7 @@ async def test_a_retry_submits_the_same_body_again_linked_both_ways(jobs: Jobs) 
     again = await queued(jobs, new)
     assert (again.fn, again.args, again.kwargs) == ("builtins:len", [[0]], {"k": [1, 2]})
     assert (again.timeout_s, again.max_attempts, again.priority) == (9.0, 2, 0)
+    assert again.stop_grace_s == 0
     shown_new = (await jobs.api.get(f"{J}/{new}"))[1]
     shown_old = (await jobs.api.get(f"{J}/{old}"))[1]
     assert (shown_new["retry_of"], shown_new["retried_by"]) == (old, [])

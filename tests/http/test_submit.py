@@ -42,6 +42,7 @@ async def test_submit_one_answers_202_with_a_time_ordered_id(api, js):
     [(subject, stored)] = await _stored(js, "LS_default_q")
     assert subject == "ls.default.q.q.p0"
     assert (stored.id, stored.fn, stored.args) == (inv_id, "builtins:len", [[1, 2, 3]])
+    assert stored.stop_grace_s == 10
 
 
 async def test_submit_to_a_fixed_queue_without_members_warns(api, register):
@@ -85,6 +86,14 @@ async def test_priority_selects_the_level_subject(api, js):
         ({"fn": "m:f", "colour": "red"}, "colour"),
         ({"invocations": []}, "$.invocations"),
         ({"invocations": [{"fn": "m:f"}, {"fn": "m:f", "timeout_s": -1}]}, "$.invocations[1]"),
+        (
+            {"fn": "m:f", "stop_grace_s": 5000},
+            "the invocation: stop_grace_s must be between 0 and 3600 seconds (got 5000)",
+        ),
+        (
+            {"invocations": [{"fn": "m:f"}, {"command": ["true"], "stop_grace_s": -1}]},
+            "invocation 1: stop_grace_s must be between 0 and 3600 seconds (got -1)",
+        ),
         ([1, 2], "Expected `object`"),
     ],
 )

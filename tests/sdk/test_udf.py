@@ -134,6 +134,10 @@ def test_bad_options_fail_at_decoration_naming_the_option():
         udf_targets.double.options(priority=10)
     with pytest.raises(ValueError, match="max_attempts"):
         udf(queue="q", max_attempts=0)(udf_targets.double.fn)
+    with pytest.raises(
+        ValueError, match=r"udf_targets:double: stop_grace_s must be between 0 and 3600 seconds"
+    ):
+        udf(queue="q", stop_grace_s=5000)(udf_targets.double.fn)
     with pytest.raises(TypeError, match="unknown udf option"):
         udf_targets.double.options(colour="red")
 
@@ -232,12 +236,15 @@ def test_map_of_nothing_sends_nothing(sdk):
 
 async def test_options_change_one_submit_only(sdk, api, js):
     await api.post(Q, {"name": udf_targets.QUEUE, "kind": "priority"})
-    key = udf_targets.double.options(priority=7, idempotency_key="run-1")
+    key = udf_targets.double.options(priority=7, idempotency_key="run-1", stop_grace_s=3)
     first = await asyncio.to_thread(key.submit, 1)
     again = await asyncio.to_thread(key.submit, 1)
     plain = await asyncio.to_thread(udf_targets.double.submit, 1)
     assert first.id == again.id != plain.id
-    assert [(m.id, m.priority) for m in await stored(js)] == [(first.id, 7), (plain.id, 0)]
+    assert [(m.id, m.priority, m.stop_grace_s) for m in await stored(js)] == [
+        (first.id, 7, 3),
+        (plain.id, 0, 10),
+    ]
     with pytest.raises(ValueError, match="idempotency_key 'run-1', which names one invocation"):
         key.map([1, 2])
 

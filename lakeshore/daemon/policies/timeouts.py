@@ -1,7 +1,9 @@
 """Timeout policy: a run longer than the invocation's ``timeout_s`` is stopped and fails.
 
-Stopping is cancellation of the run: the runner kills a command's process group on
-cancellation; a function's thread cannot be killed, so its result is discarded.
+Stopping is cancellation of the run: the runner stops a command on cancellation
+(:mod:`~lakeshore.daemon.policies.stopping`: SIGTERM, the grace, SIGKILL), and the
+deadline's ``TimeoutError`` comes once it has; a function's thread cannot be killed, so
+its result is discarded.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ class RunTimedOut(Exception):
     """The run was stopped at its deadline."""
 
     def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"the run exceeded timeout_s={timeout_s:g} and was killed")
+        super().__init__(f"timed out after {timeout_s:g} s")
         self.timeout_s = timeout_s
 
 
@@ -38,6 +40,7 @@ async def within(timeout_s: float | None, run: Awaitable[T]) -> T:
         raise RunTimedOut(timeout_s) from None
 
 
-def timed_out_error(err: RunTimedOut) -> RemoteError:
-    """The error a timed-out attempt records."""
-    return RemoteError(type="builtins.TimeoutError", message=str(err))
+def timed_out_error(err: RunTimedOut, how: str) -> RemoteError:
+    """The error a timed-out attempt records: after how long, and ``how`` it was stopped
+    (:func:`~lakeshore.daemon.policies.stopping.how_stopped`)."""
+    return RemoteError(type="builtins.TimeoutError", message=f"{err}; {how}")
