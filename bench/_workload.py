@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ DAEMONS = 2
 CONCURRENCY = 64
 #: The benchmark queue of each fresh server.
 QUEUE = "bench"
+#: Where the no-op runs on its daemon: ``process`` (the default, a worker process) or
+#: ``inline`` (a daemon thread); ``LAKESHORE_BENCH_ISOLATION`` sets it for a whole run.
+ISOLATION = os.environ.get("LAKESHORE_BENCH_ISOLATION", "process")
 _PAGE = 1000
 
 
@@ -46,7 +50,7 @@ def sdk_on(srv: Server, queue: str = QUEUE) -> Iterator[Udf]:
     sdk_log.setLevel(logging.ERROR)
     configure(Client(srv.api, srv.token))
     try:
-        yield lakeshore.udf(queue=queue)(noop)
+        yield lakeshore.udf(queue=queue, isolation=ISOLATION)(noop)
     finally:
         configure()
         sdk_log.setLevel(level)

@@ -102,6 +102,12 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """How long the per-minute aggregates are kept, in days (``None``: forever)."""
     history_compact_every_s: Seconds = 3600.0
     """How often the history is compacted, in seconds."""
+    log_max_bytes: Annotated[int, Meta(ge=0)] = 16 * 1024 * 1024
+    """Most bytes of one attempt's output kept in its live log; past it one line says how
+    much was dropped. Daemons apply it as their own setting of the same name and default
+    (``DaemonSettings.log_max_bytes``): set both when changing it."""
+    log_retention_days: Annotated[float, Meta(gt=0)] = 7.0
+    """How long runs' live logs are kept (the ``LS_LOGS`` stream's max age), in days."""
     metrics_port: Port | None = None
     """A listener of its own serving ``GET /metrics`` without a token (for scrapers);
     ``None``: only the API's token-guarded ``/metrics``; 0 picks a free port."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable
@@ -32,6 +33,7 @@ from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.connection import connect_nats
 from lakeshore.bus.events import EventFeed
 from lakeshore.bus.lease import Elector, Lease, ensure_bucket
+from lakeshore.bus.logs import LogTails, ensure_logs_stream
 from lakeshore.bus.nats import NatsBus
 from lakeshore.bus.state import StateLog, StateTail, ensure_state_stream
 from lakeshore.bus.subjects import EVENTS_STREAM, RECORDER_CONSUMER, STATE_STREAM
@@ -67,6 +69,7 @@ from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
+from lakeshore.services.logs import LogService
 from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
 from lakeshore.store.images import EVENTS_LOG
@@ -243,6 +246,12 @@ class ControlPlane:
             start_after=await store.log_position(EVENTS_LOG),
         )
         await events.ensure()
+        await _ensure(
+            ensure_logs_stream(
+                js, max_age_s=settings.log_retention_days * 86400.0, replicas=settings.replicas
+            ),
+            "the logs stream",
+        )
         runtime = Runtime(
             ask_timeout_s=settings.ask_timeout_s,
             backoff_s=(settings.restart_backoff_s, 2.0, max(30.0, settings.restart_backoff_s)),
@@ -488,6 +497,9 @@ class ControlPlane:
             history=HistoryService(store=store, directory=directory),
             backup=BackupService(store=store, events=events, streams=(EVENTS_STREAM, STATE_STREAM)),
             replica=lambda: (epoch, replica.store.state_position),
+        )
+        services = dataclasses.replace(
+            services, logs=LogService(jobs=services.jobs, store=LogTails(bus.nc))
         )
         gateway = Gateway(
             bus,

@@ -24,10 +24,12 @@ from lakeshore.model import (
     Invocation,
     InvocationEvent,
     InvocationSubmit,
+    Isolation,
     OnFull,
     Queue,
     QueueKind,
     check_depth,
+    check_max_lost,
     check_stop_grace,
     now,
 )
@@ -95,6 +97,8 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
                 max_attempts=spec.max_attempts,
                 submitted_at=submitted_at,
                 stop_grace_s=spec.stop_grace_s,
+                isolation=spec.isolation,
+                max_lost=spec.max_lost,
             )
         )
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -118,6 +122,12 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
     check_depth(f"{where}: args", spec.args)
     check_depth(f"{where}: kwargs", spec.kwargs)
     check_stop_grace(where, spec.stop_grace_s)
+    check_max_lost(where, spec.max_lost)
+    if spec.command and spec.isolation is Isolation.INLINE:
+        raise Invalid(
+            f"{where}: isolation 'inline' is for functions (fn); a command always runs in "
+            "a process of its own: leave isolation out"
+        )
     if spec.priority and row.kind is QueueKind.FIFO:
         raise Invalid(
             f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "
@@ -230,6 +240,8 @@ def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any
         "timeout_s": spec.timeout_s,
         "idempotency_key": spec.idempotency_key,
         "stop_grace_s": spec.stop_grace_s,
+        "max_lost": spec.max_lost,
+        "isolation": spec.isolation,
     }
     if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
         detail["args"], detail["kwargs"] = spec.args, spec.kwargs

@@ -87,6 +87,9 @@ class InMemoryBus:
         self._closed = False
         self.nudges: list[tuple[str, str]] = []
         self.controls: list[tuple[str, str, DaemonControl]] = []
+        #: log subject -> ``(headers, body)`` of each chunk published there, in order
+        self.logs: dict[str, list[tuple[dict[str, str], bytes]]] = {}
+        self._log_ids: set[str] = set()
 
     @property
     def events(self) -> list[tuple[str, str, EventBatch]]:
@@ -228,6 +231,20 @@ class InMemoryBus:
         # Encoded as on the wire, so a result that NATS could not carry fails here too.
         key = subjects.result_key(namespace, invocation_id, epoch)
         self._results[key] = codec.encode(result)
+
+    async def publish_log(
+        self, namespace: str, invocation_id: str, attempt: int, data: bytes, headers: dict[str, str]
+    ) -> None:
+        """Store a log chunk as a daemon does in ``LS_LOGS`` (a repeated ``Nats-Msg-Id``
+        once, as JetStream's duplicate window does)."""
+        self._check()
+        subject = subjects.log_subject(namespace, invocation_id, attempt)
+        msg_id = headers.get("Nats-Msg-Id")
+        if msg_id is not None and msg_id in self._log_ids:
+            return
+        if msg_id is not None:
+            self._log_ids.add(msg_id)
+        self.logs.setdefault(subject, []).append((dict(headers), bytes(data)))
 
     async def redeliver(self) -> None:
         """Make every fetched and un-acked event deliverable again (an ack wait expired)."""

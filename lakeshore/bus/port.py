@@ -138,3 +138,19 @@ class ResultWatch(Protocol):
         :meth:`Feed.get_result`)."""
 
     async def close(self) -> None: ...
+
+
+class LogPort(Protocol):
+    """Where a daemon publishes its runs' output (:class:`~lakeshore.bus.work.WorkBus`)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    async def publish_log(
+        self, namespace: str, invocation_id: str, attempt: int, data: bytes, headers: dict[str, str]
+    ) -> None:
+        """Store one chunk (see :mod:`lakeshore.bus.logs`).
+
+        Raises:
+            Unavailable: not stored.
+        """

@@ -127,6 +127,22 @@ def daemon_control_subject(namespace: str, worker_id: str) -> str:
     return f"ls.{namespace}.daemon.{worker_id}.ctl"
 
 
+#: Limits-retention stream of runs' live output (stdout and stderr), one subject per attempt.
+LOGS_STREAM = "LS_LOGS"
+LOGS_SUBJECTS = "ls.*.log.>"
+
+
+def log_subject(namespace: str, invocation_id: str, attempt: int | str) -> str:
+    """Where the daemon running an attempt publishes its output (``attempt``: the claim's
+    epoch; ``"*"``: every attempt's)."""
+    return f"ls.{namespace}.log.{invocation_id}.{attempt}"
+
+
+def log_put_subject(namespace: str) -> str:
+    """Every log subject of ``namespace``: what its daemons may publish to."""
+    return f"ls.{namespace}.log.>"
+
+
 #: KV bucket with invocation results.
 RESULTS_BUCKET = "LS_RESULTS"
 #: The JetStream stream behind it.

@@ -354,6 +354,28 @@ class WorkBus:
         except _NATS_ERRORS as e:
             raise Unavailable(f"cannot store the result {key}: {e!r}") from e
 
+    # ---- live logs ------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up now (a publish while it is down would only wait)."""
+        return self._nc.is_connected
+
+    async def publish_log(
+        self, namespace: str, invocation_id: str, attempt: int, data: bytes, headers: dict[str, str]
+    ) -> None:
+        """Store one chunk of an attempt's output in ``LS_LOGS`` (see
+        :mod:`lakeshore.bus.logs`); a retry with the same ``Nats-Msg-Id`` is stored once.
+
+        Raises:
+            Unavailable: not stored (no stream yet, disconnected, or no answer).
+        """
+        subject = subjects.log_subject(namespace, invocation_id, attempt)
+        try:
+            await self._js.publish(subject, data, timeout=self._timeout_s, headers=headers)
+        except _NATS_ERRORS as e:
+            raise Unavailable(f"cannot publish the log {subject}: {e!r}") from e
+
     # ---- the worker registry -------------------------------------------------------------
 
     async def register(self, reg: WorkerRegister) -> Worker:

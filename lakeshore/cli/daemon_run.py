@@ -65,6 +65,13 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     help="Invocations run at the same time.",
 )
 @click.option(
+    "--max-runs-per-process",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Replace a function's worker process after N runs [default: no limit].",
+)
+@click.option(
     "--api",
     default=None,
     metavar="URL",
@@ -131,6 +138,7 @@ def run(
     name: str | None,
     worker_id: str | None,
     concurrency: int,
+    max_runs_per_process: int | None,
     api: str | None,
     token: str | None,
     nats_url: str | None,
@@ -161,6 +169,7 @@ def run(
             queues=queues,
             labels=labels,
             concurrency=concurrency,
+            max_runs_per_process=max_runs_per_process,
             provider=provider,
             managed=managed,
             heartbeat_s=heartbeat_s,

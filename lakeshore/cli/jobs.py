@@ -1,4 +1,4 @@
-"""``lakeshore jobs``: list, inspect, wait for, cancel and retry invocations.
+"""``lakeshore jobs``: list, inspect, wait for, cancel and retry invocations, read their logs.
 
 ``jobs result`` prints what ``submit --wait`` prints: a command's output (its stdout on
 stdout, its stderr on stderr), or a function's value as JSON. It exits 1, with the error
@@ -26,8 +26,9 @@ from lakeshore.cli.progress import Progress
 from lakeshore.cli.tracebacks import folded
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import InvocationState, Job, JobDetail, JobList, Result
+from lakeshore.model.logs import LogAttempt, LogChunk, LogEnd
 from lakeshore.sdk import Client
-from lakeshore.sdk.invocation import RemoteError, failure, poll_result
+from lakeshore.sdk.invocation import RemoteError, failure, poll_result, stream_logs
 
 #: Longest single wait of ``result --wait`` between two looks at the state, in seconds.
 PROGRESS_SLICE_S = 5.0
@@ -100,6 +101,7 @@ def job_block(job: Job) -> str:
     """``jobs show`` / ``jobs cancel``: the row as ``key: value``, then its attempts."""
     pairs = msgspec.structs.asdict(job)
     attempts, stale = pairs.pop("attempts", None), pairs.pop("stale", None)
+    counted = pairs.pop("counted_attempts", None)
     if (error := pairs.pop("error")) is not None:
         pairs["error"] = _error(error)
     if not pairs.get("retried_by", True):
@@ -108,6 +110,8 @@ def job_block(job: Job) -> str:
     if attempts is None:
         return text
     lines = [text, f"stale completions: {stale}"] if stale else [text]
+    if attempts:  # a preempted or lost attempt does not count
+        lines.append(f"counted toward max_attempts: {counted} of {job.max_attempts}")
     if not attempts:
         return "\n".join([*lines, "attempts: (none)"])
     table = output.table(
@@ -137,13 +141,16 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.split("\n"))
 
 
-def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
+def show_result(answer: Result | Job, body: Any, fmt: str, *, printed: bool = False) -> None:
     """Print a result-route answer; raise so the command exits 1 unless it succeeded.
 
     ``table`` prints a command's stdout as it is on stdout and its stderr on stderr (a
     result stored before the two were kept apart has only ``output``, both interleaved:
     printed on stdout), and a function's value as JSON; a failure's remote traceback goes
     to stderr before the ``error:`` line.
+
+    Args:
+        printed: its output was printed already (as it came, ``submit --wait``).
 
     Raises:
         LakeshoreError: the invocation failed, was cancelled or dropped, or is unfinished.
@@ -157,7 +164,7 @@ def show_result(answer: Result | Job, body: Any, fmt: str) -> None:
             f"attempt {answer.attempt} of {answer.max_attempts}; wait with "
             f"`lakeshore jobs result {answer.id} --wait SECONDS`"
         )
-    if fmt == "table":
+    if fmt == "table" and not printed:
         if answer.output is not None:
             _echo_tail(answer.output, err=False)
             if answer.stderr:
@@ -290,6 +297,86 @@ def retry(job_id: str, env: tuple[str, ...]) -> None:
     run(lambda c: c.job_retry(job_id, given), lambda j: f"retried {job_id} as {j.id}")
 
 
+@jobs.command("logs")
+@click.argument("job_id", metavar="ID")
+@click.option(
+    "--follow", "-f", is_flag=True,
+    help="Go on with new output, into retries, until the job ends; exit 0 if it succeeded, "
+    "1 otherwise. Ctrl-C detaches (the job goes on).",
+)  # fmt: skip
+@click.option("--attempt", type=click.IntRange(min=1), metavar="N", help="Start with attempt N.")
+@click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N lines.")
+@click.option("--stdout", "only", flag_value="out", help="Only the job's stdout.")
+@click.option("--stderr", "only", flag_value="err", help="Only the job's stderr.")
+def logs(
+    job_id: str, follow: bool, attempt: int | None, tail: int | None, only: str | None
+) -> None:
+    """Print a job's output: its stdout on stdout, its stderr on stderr, as it was written.
+
+    Without -f: what is stored (of the latest attempt, or --attempt N), then exit.
+    """
+    end = follow_logs(job_id, follow=follow, attempt=attempt, tail=tail, stream=only)
+    if follow and end.state != InvocationState.SUCCEEDED:
+        raise LakeshoreError(f"invocation {job_id} ended {end.state} (attempt {end.attempt})")
+
+
+def follow_logs(
+    job_id: str,
+    *,
+    follow: bool,
+    attempt: int | None = None,
+    tail: int | None = None,
+    stream: str | None = None,
+    namespace: str | None = None,
+) -> LogEnd:
+    """Print an invocation's log as it comes (see ``jobs logs``); the end line it ended with.
+
+    Ctrl-C leaves at once (exit 130): the job itself goes on.
+    """
+    conf = settings()
+
+    async def read() -> LogEnd:
+        async with Client(conf.api, conf.token, conf.namespace) as client:
+            return await print_log(
+                client, job_id, namespace=namespace, follow=follow, attempt=attempt, tail=tail,
+                stream=stream,
+            )  # fmt: skip
+
+    try:
+        return asyncio.run(read())
+    except KeyboardInterrupt:
+        click.echo(f"\n[lakeshore] detached; invocation {job_id} goes on", err=True)
+        raise SystemExit(130) from None
+
+
+async def print_log(
+    client: Client, job_id: str, *, ended_lines: bool = False, **asked: Any
+) -> LogEnd:
+    """Print an invocation's log as it comes: chunks raw (stdout's on stdout, stderr's on
+    stderr), a move to a retry as a note on stderr; the end line it ended with.
+
+    Args:
+        ended_lines: end each stream's output with a newline if it printed any without
+            one (as :func:`show_result` prints a result's output).
+        asked: :func:`~lakeshore.sdk.invocation.stream_logs`'s options.
+    """
+    last = {"out": "", "err": ""}
+    async for line in stream_logs(client, job_id, **asked):
+        match line:
+            case LogChunk(text=text, stream=which):
+                click.echo(text, nl=False, err=which == "err")
+                last[which] = text[-1:] or last[which]
+            case LogAttempt(attempt=n, previous=before):
+                click.echo(f"[lakeshore] attempt {before} is over; following attempt {n}", err=True)
+            case LogEnd():
+                if ended_lines:
+                    for which, char in last.items():
+                        if char not in ("", "\n"):
+                            click.echo("", err=which == "err")
+                return line
+    raise AssertionError("stream_logs ends with its end line")  # pragma: no cover
+
+
 def cancel_message(job: Job | JobDetail) -> str:
     if job.state == InvocationState.CANCELLED:
         return f"cancelled {job.id}"
@@ -299,9 +386,11 @@ def cancel_message(job: Job | JobDetail) -> str:
 __all__ = [
     "cancel_message",
     "fetch_result",
+    "follow_logs",
     "job_block",
     "jobs",
     "jobs_listing",
     "jobs_table",
+    "print_log",
     "show_result",
 ]

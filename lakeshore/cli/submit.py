@@ -1,8 +1,9 @@
 """``lakeshore submit``: put one invocation on a queue, a command or a ``module:qualname``.
 
 Without ``--wait`` it prints the invocation id on stdout. With ``--wait`` it prints the
-result instead (a command's stdout on stdout and its stderr on stderr, a function's value
-as JSON) and exits 1 if the invocation failed; the id then goes to stderr. Server warnings
+result instead (a command's stdout on stdout and its stderr on stderr, live as the command
+writes them; a function's value as JSON) and exits 1 if the invocation failed; the id then
+goes to stderr. Server warnings
 go to stderr as ``warning: …`` lines. ``-o json``/``yaml`` print the submit answer, or with
 ``--wait`` the result, as the API sent it.
 """
@@ -17,10 +18,17 @@ import click
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreCommand, settings
-from lakeshore.cli.jobs import show_result
+from lakeshore.cli.jobs import print_log, show_result
 from lakeshore.cli.options import key_values
 from lakeshore.cli.params import QUEUE_NAME
-from lakeshore.model import DEFAULT_STOP_GRACE_S, MAX_STOP_GRACE_S, InvocationSubmit
+from lakeshore.errors import NotFound, Unavailable
+from lakeshore.model import (
+    DEFAULT_MAX_LOST,
+    DEFAULT_STOP_GRACE_S,
+    MAX_LOST,
+    MAX_STOP_GRACE_S,
+    InvocationSubmit,
+)
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import poll_result
 
@@ -106,6 +114,13 @@ def build(
 @click.option(
     "--max-attempts", type=click.IntRange(1, 100), help="Tries before it fails (default 1)."
 )
+@click.option(
+    "--max-lost",
+    type=click.IntRange(1, MAX_LOST),
+    metavar="N",
+    help="Fail it as lost_too_often after N lost attempts in a row (the daemon running it "
+    f"died each time; default {DEFAULT_MAX_LOST}).",
+)
 @click.option("--idempotency-key", metavar="K", help="Submitting the same key again is a no-op.")
 @click.option("--wait", is_flag=True, help="Wait for the result, print it, exit 1 if it failed.")
 @click.argument("command", nargs=-1, metavar="[--] CMD [ARGS]...")
@@ -132,10 +147,24 @@ def submit(wait: bool, queue: str, **flags: Any) -> None:
                 return
             [inv_id] = answer.ids
             click.echo(f"submitted {inv_id} to queue {answer.queue}; waiting", err=True)
+            printed = False
+            if spec.command is not None and fmt == "table":
+                # A command's output as it comes (the result's tails would come at the end).
+                printed = await _stream(client, inv_id, answer.namespace)
             result, result_body = await poll_result(client, inv_id, namespace=answer.namespace)
-        show_result(result, result_body, fmt)
+        show_result(result, result_body, fmt, printed=printed)
 
     asyncio.run(go())
+
+
+async def _stream(client: Client, inv_id: str, namespace: str) -> bool:
+    """Print a command's live log until it ends; ``False`` (nothing printed) when this
+    control plane serves no logs, so the result's output is printed instead."""
+    try:
+        await print_log(client, inv_id, namespace=namespace, follow=True, ended_lines=True)
+    except (NotFound, Unavailable):
+        return False
+    return True
 
 
 __all__ = ["build", "submit"]

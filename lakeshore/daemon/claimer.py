@@ -13,6 +13,12 @@ A claimed message is run only if the invocation it carries belongs to the stream
 from: one naming another namespace or queue (a control plane tricked into publishing it
 there) is refused — its ``failed`` event, saying why, is stored in the stream's namespace,
 then the message is terminated — and never run.
+
+A redelivery (a delivery count above 1) is checked with the control plane first
+(:mod:`.policies.redelivery`): one whose earlier attempt a live daemon still holds is handed
+back; a poison pill (``max_lost`` attempts lost in a row) is not run but ends ``failed``
+with reason ``lost_too_often`` — its ``Result`` put, its ``failed`` event stored, then the
+message terminated; any other carries how its earlier attempts ended (:attr:`Claim.earlier`).
 """
 
 from __future__ import annotations
@@ -24,11 +30,22 @@ from datetime import datetime
 
 import msgspec
 
+from lakeshore.attempts import LOST_TOO_OFTEN
 from lakeshore.bus import codec
 from lakeshore.bus.work import Msg, QueueLayout, Subscriptions, WorkBus
-from lakeshore.daemon.policies.redelivery import still_held
+from lakeshore.daemon.policies.redelivery import check_redelivery, lost_too_often
+from lakeshore.daemon.policies.retries import FIRST, Earlier
 from lakeshore.errors import Forbidden, LakeshoreError, QueueNotFound
-from lakeshore.model import DEFAULT_QUEUE, EventBatch, EventType, Invocation, InvocationEvent, now
+from lakeshore.model import (
+    DEFAULT_QUEUE,
+    EventBatch,
+    EventType,
+    Invocation,
+    InvocationEvent,
+    RemoteError,
+    Result,
+    now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +66,8 @@ class Claim:
     ack_wait_s: float
     #: from a queue leased by the controller, not one of the worker's own
     stolen: bool = False
+    #: how the earlier attempts ended (the control plane's tally, for a redelivery)
+    earlier: Earlier = FIRST
 
 
 class Claimer:
@@ -203,13 +222,20 @@ class Claimer:
             await self._refuse(msg, inv, queue)
             return None
         epoch = meta.num_delivered
-        if epoch > 1 and (held := await still_held(self._bus, inv, epoch, self._worker_id)):
-            log.info(
-                "%s attempt %d: attempt %d is still held by %s; handed back for %.0f s",
-                inv.id, epoch, held.epoch, held.holder, held.retry_s,
-            )  # fmt: skip
-            await self._bus.nak(msg, held.retry_s)
-            return None
+        earlier = FIRST
+        if epoch > 1:
+            check = await check_redelivery(self._bus, inv, epoch, self._worker_id)
+            if (held := check.held) is not None:
+                log.info(
+                    "%s attempt %d: attempt %d is still held by %s; handed back for %.0f s",
+                    inv.id, epoch, held.epoch, held.holder, held.retry_s,
+                )  # fmt: skip
+                await self._bus.nak(msg, held.retry_s)
+                return None
+            earlier = check.earlier
+            if (error := lost_too_often(earlier, inv.max_lost)) is not None:
+                await self._dead_letter(msg, inv, queue, error)
+                return None
         return Claim(
             msg=msg,
             invocation=inv,
@@ -219,7 +245,25 @@ class Claimer:
             epoch=meta.num_delivered,
             ack_wait_s=layout.ack_wait_s,
             stolen=stolen,
+            earlier=earlier,
         )
+
+    async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:
+        """End a poison pill without running it: its ``Result`` (``error``) put, then its
+        ``failed`` event (reason ``lost_too_often``) stored, then its message terminated.
+        A step NATS does not take leaves the message to a redelivery, judged again then."""
+        meta = msg.metadata
+        epoch = meta.num_delivered
+        log.warning("%s attempt %d: failed, not run: %s", inv.id, epoch, error.message)
+        result = Result(id=inv.id, ok=False, error=error, worker=self._worker_id, epoch=epoch)
+        try:
+            await self._bus.put_result(inv.namespace, inv.id, epoch, result)
+        except LakeshoreError as e:
+            log.warning("%s: result not stored (%s); judged again on redelivery", inv.id, e)
+            return
+        detail = {"seq": meta.sequence.stream, "reason": LOST_TOO_OFTEN,
+                  "error": {"type": error.type, "message": error.message}}  # fmt: skip
+        await self._fail(msg, inv, queue, detail, f"lost-{inv.namespace}-{inv.id}-{epoch}")
 
     async def _refuse(self, msg: Msg, inv: Invocation, queue: str) -> None:
         """Record why ``inv`` is not run here, then terminate its message.
@@ -234,6 +278,21 @@ class Claimer:
         )
         log.error("%s attempt %d: %s", inv.id, meta.num_delivered, error.message)
         kind = type(error)
+        detail = {
+            "seq": meta.sequence.stream,
+            "error": {"type": f"{kind.__module__}.{kind.__qualname__}", "message": error.message},
+        }
+        # One id per message: a refusal repeated after a lost term is stored once.
+        await self._fail(
+            msg, inv, queue, detail, f"refused-{self._ns}-{queue}-{meta.sequence.stream}"
+        )
+
+    async def _fail(
+        self, msg: Msg, inv: Invocation, queue: str, detail: dict[str, object], msg_id: str
+    ) -> None:
+        """Store a ``failed`` event of ``inv`` in the stream's namespace, then terminate
+        ``msg`` (the event first, as an outcome's always is)."""
+        meta = msg.metadata
         event = InvocationEvent(
             namespace=self._ns,
             queue=queue,
@@ -243,24 +302,16 @@ class Claimer:
             attempt=meta.num_delivered,
             worker=self._worker_id,
             epoch=meta.num_delivered,
-            detail={
-                "seq": meta.sequence.stream,
-                "error": {
-                    "type": f"{kind.__module__}.{kind.__qualname__}",
-                    "message": error.message,
-                },
-            },
+            detail=detail,
         )
-        # One id per message: a refusal repeated after a lost term is stored once.
-        msg_id = f"refused-{self._ns}-{queue}-{meta.sequence.stream}"
         try:
             await self._bus.publish_events(
                 self._ns, queue, EventBatch(events=[event]), msg_id=msg_id
             )
         except LakeshoreError as e:
-            log.warning("%s: refusal not recorded yet (%s); refused again on redelivery", inv.id, e)
+            log.warning("%s: failure not recorded yet (%s); judged again on redelivery", inv.id, e)
             return
         try:
             await self._bus.term(msg)
         except LakeshoreError as e:
-            log.warning("%s: not terminated (%s); refused again on redelivery", inv.id, e)
+            log.warning("%s: not terminated (%s); judged again on redelivery", inv.id, e)

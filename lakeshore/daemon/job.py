@@ -4,14 +4,21 @@ The job composes the policies (lease, timeout, retries) around the runner, then 
 the claim in the order the data plane fixes:
 
 - success: put the ``Result``, event ``succeeded`` (stored), ``ack()``;
-- failure with attempts left: event ``retrying`` (stored), ``nak(backoff(epoch))``;
+- failure with attempts left (``n`` < ``max_attempts``): event ``retrying`` (stored),
+  ``nak(backoff(n))``, ``n`` being this attempt plus the earlier ones that failed — a
+  preempted or lost one does not count (:attr:`Claim.earlier`);
 - last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
 - cancelled: a command's ``Result`` (what it printed, how it was stopped; best effort),
   event ``cancelled`` (stored, with the error saying how), ``term()``;
-- interrupted (drain ran out of time): ``nak()`` at once, event ``retrying``.
+- interrupted (drain ran out of time): ``nak()`` at once, event ``retrying`` with reason
+  ``interrupted`` (the attempt shows ``preempted``, not counted).
+
+A run whose earlier attempt was preempted or lost sees ``LAKESHORE_PREEMPTED=1``.
 
 An outcome's event is stored before the message is acknowledged: a daemon that dies in
-between leaves a redelivery (fenced as stale), never a finished run nobody recorded.
+between leaves a redelivery (fenced as stale), never a finished run nobody recorded. The
+``claimed`` event is stored before the run starts: a run that kills its daemon at once still
+leaves its attempt in the history, ``lost`` (what ``max_lost`` counts).
 
 Every event of one job carries its run id (``detail.run``, a nonce per claim run): a
 delivery count restarted by a server crash can bring the same daemon the same epoch again,
@@ -53,16 +60,27 @@ from lakeshore.daemon.policies import (
 )
 from lakeshore.daemon.runner import Capture, Outcome, Runner
 from lakeshore.errors import LakeshoreError, TooLarge, Unavailable
-from lakeshore.model import EventType, InvocationEvent, RemoteError, Result, now
+from lakeshore.model import EventType, InvocationEvent, Isolation, RemoteError, Result, now
 
 if TYPE_CHECKING:
     from lakeshore.daemon.metrics import DaemonMetrics
+    from lakeshore.daemon.runlog import RunLog, RunLogs
 
 log = logging.getLogger(__name__)
 
 _STOLEN = {False: "", True: " (stolen)"}
+#: How long a run waits for its ``claimed`` event to be stored before it starts anyway (the
+#: event stays buffered, ahead of the others): a run is not held up by a stream that does
+#: not take events, and a daemon dying at once is still counted when it does.
+CLAIM_STORED_S = 5.0
 #: Longest error message carried in an event; the full error is in the Result.
 EVENT_MESSAGE_CHARS = 1_000
+#: What every run sees in its environment, over its own ``env``: the invocation's id and
+#: this attempt's number (the claim's epoch).
+JOB_ID_VAR, ATTEMPT_VAR = "LAKESHORE_JOB_ID", "LAKESHORE_ATTEMPT"
+#: Set to ``1`` for a run when an earlier attempt was preempted or lost (its daemon
+#: stopped, retired or died under it): training code resumes from its checkpoint.
+PREEMPTED_VAR = "LAKESHORE_PREEMPTED"
 
 
 class Stop(Enum):
@@ -84,6 +102,8 @@ class JobContext:
     worker_id: str
     #: claims and runs counted for ``--metrics-port`` (``None``: not counted)
     metrics: DaemonMetrics | None = None
+    #: where runs' output goes live (``None``: kept only in the result's tails)
+    logs: RunLogs | None = None
 
 
 class Job:
@@ -132,13 +152,15 @@ class Job:
         """The whole lifecycle. Never raises except for its own task's cancellation."""
         c = self.claim
         detail = {"seq": c.seq, "level": c.level, **({"stolen": True} if c.stolen else {})}
-        self._emit(EventType.CLAIMED, detail)
         log.info("%s: claimed from %s/p%d%s", self._label, c.queue, c.level, _STOLEN[c.stolen])
         renew = functools.partial(self._ctx.bus.in_progress, c.msg)
         try:
             # Held until settled: storing the result may wait out a reconnect.
             async with Lease(renew, c.ack_wait_s, self._label):
                 try:
+                    # Stored before the run starts: a run that kills its daemon at once is
+                    # still an attempt in the history, a lost one (the poison pill's count).
+                    await self._claim_recorded(detail)
                     outcome = await self._execute()
                 finally:
                     self.running = False
@@ -149,20 +171,33 @@ class Job:
         except Exception:
             log.exception("%s: failed inside the daemon; JetStream will redeliver it", self._label)
 
+    async def _claim_recorded(self, detail: dict[str, Any]) -> None:
+        try:
+            async with asyncio.timeout(CLAIM_STORED_S):
+                await self._record(EventType.CLAIMED, detail)
+        except TimeoutError:
+            log.warning(
+                "%s: its claimed event was not stored within %gs; running it anyway",
+                self._label,
+                CLAIM_STORED_S,
+            )
+
     async def _execute(self) -> Outcome | None:
         """Run under its timeout; ``None`` when stopped by :meth:`stop`."""
         if self._stop is not None:
             return None
         inv, c = self.claim.invocation, self.claim
-        capture = self._capture = Capture()
+        live = self._ctx.logs.open(inv, c.epoch) if self._ctx.logs is not None else None
+        capture = self._capture = Capture(sink=live.write if live is not None else None)
         self._emit(EventType.STARTED, {"seq": c.seq})
         log.info("%s: started", self._label)
-        run = self._ctx.runner.run(inv, capture, attempt=c.epoch, run_id=self.run_id)
+        env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.epoch)} | _preempted(c)
+        run = self._ctx.runner.run(inv, capture, env=env, mark=f"{inv.id}.{self.run_id}")
         self._run = asyncio.create_task(within(inv.timeout_s, run), name=self._label)
         if self._stop is not None:  # stopped while the run was being set up
             self._run.cancel()
         try:
-            return await self._run
+            return await self._ran(live)
         except RunTimedOut as e:
             return Outcome(
                 ok=False,
@@ -177,6 +212,16 @@ class Job:
             if self._stop is None or (task is not None and task.cancelling()):
                 raise
             return None
+
+    async def _ran(self, live: RunLog | None) -> Outcome:
+        """The run's outcome; its live log is ended however the run ended (what it still
+        buffers goes out in the background)."""
+        assert self._run is not None
+        try:
+            return await self._run
+        finally:
+            if live is not None:
+                live.end()
 
     async def _settle(self, outcome: Outcome | None) -> None:
         bus, c = self._ctx.bus, self.claim
@@ -203,8 +248,10 @@ class Job:
                 await self._finish(bus.ack(c.msg), "ack")
                 log.info("%s: succeeded", self._label)
                 return
-        if should_retry(c.epoch, c.invocation.max_attempts):
-            delay = backoff_s(c.epoch)
+        # Counted among the attempts that count: a preempted or lost one does not.
+        attempt = c.earlier.attempt(c.epoch)
+        if should_retry(attempt, c.invocation.max_attempts):
+            delay = backoff_s(attempt)
             await self._record(EventType.RETRYING, {**self._detail(outcome), "delay_s": delay})
             await bus.nak(c.msg, delay)
             log.info("%s: failed (%s), retrying in %gs", self._label, _brief(outcome), delay)
@@ -242,7 +289,8 @@ class Job:
 
     def _how_stopped(self) -> str:
         stopped = self._capture.stopped if self._capture is not None else None
-        return how_stopped(stopped, function=self.claim.invocation.command is None)
+        inv = self.claim.invocation
+        return how_stopped(stopped, inline=inv.fn is not None and inv.isolation is Isolation.INLINE)
 
     async def _finish(self, call: Awaitable[None], what: str) -> None:
         """The final ack or term: the run is over whether or not the server heard it."""
@@ -279,6 +327,8 @@ class Job:
             detail["exit_code"] = outcome.exit_code
         if outcome.error is not None:
             detail["error"] = _short(outcome.error)
+        if outcome.code_version is not None:
+            detail["code_version"] = outcome.code_version
         return detail
 
     def _emit(self, type_: EventType, detail: dict[str, Any]) -> None:
@@ -322,6 +372,10 @@ class Job:
             epoch=c.epoch,
             detail={**detail, "run": self.run_id},
         )
+
+
+def _preempted(claim: Claim) -> dict[str, str]:
+    return {PREEMPTED_VAR: "1"} if claim.earlier.preempted else {}
 
 
 def _short(error: RemoteError) -> dict[str, str]:

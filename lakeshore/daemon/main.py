@@ -25,6 +25,7 @@ from lakeshore.daemon.heartbeat import Heartbeater, silence_after
 from lakeshore.daemon.job import JobContext
 from lakeshore.daemon.metrics import DaemonMetrics, MeteredRunner, MetricsListener
 from lakeshore.daemon.refusal import RefusalWatch, TokenCheck
+from lakeshore.daemon.runlog import RunLogs
 from lakeshore.daemon.runner import Runner
 from lakeshore.daemon.settings import DaemonSettings
 from lakeshore.errors import Unavailable
@@ -149,8 +150,18 @@ async def _serve(
 ) -> None:
     events = EventPublisher(bus, settings.namespace)
     metrics = DaemonMetrics(version=__version__) if settings.metrics_port is not None else None
-    runner = Runner(environ) if metrics is None else MeteredRunner(environ, metrics)
-    ctx = JobContext(bus=bus, events=events, runner=runner, worker_id=worker.id, metrics=metrics)
+    pool = {
+        "processes": settings.concurrency,
+        "max_runs_per_process": settings.max_runs_per_process,
+    }
+    if metrics is None:
+        runner = Runner(environ, **pool)
+    else:
+        runner = MeteredRunner(environ, metrics, **pool)
+    logs = RunLogs(bus, settings.namespace, max_bytes=settings.log_max_bytes)
+    ctx = JobContext(
+        bus=bus, events=events, runner=runner, worker_id=worker.id, metrics=metrics, logs=logs
+    )
     # The nudge callback reaches the dispatcher built just below (called only later).
     claimer = Claimer(
         bus, settings.namespace, on_nudge=lambda: dispatcher.wake(), worker_id=worker.id
@@ -190,6 +201,9 @@ async def _serve(
     finally:
         await control.close()
         await claimer.close()
+        await runner.close()
+        # The runs are over: their last output goes out (none can once NATS refuses us).
+        await logs.close(0.0 if watch.final is not None else settings.request_timeout_s)
         if listener is not None:
             await listener.close()
     if watch.final is not None:

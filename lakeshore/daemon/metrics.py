@@ -63,17 +63,26 @@ class DaemonMetrics:
 class MeteredRunner(Runner):
     """A :class:`~lakeshore.daemon.runner.Runner` that counts its runs in ``metrics``."""
 
-    def __init__(self, base_env: Mapping[str, str], metrics: DaemonMetrics) -> None:
-        super().__init__(base_env)
+    def __init__(
+        self,
+        base_env: Mapping[str, str],
+        metrics: DaemonMetrics,
+        *,
+        processes: int = 1,
+        max_runs_per_process: int | None = None,
+    ) -> None:
+        super().__init__(base_env, processes=processes, max_runs_per_process=max_runs_per_process)
         self._metrics = metrics
 
-    async def run(self, inv: Invocation, capture: Capture, *, attempt: int, run_id: str) -> Outcome:
+    async def run(
+        self, inv: Invocation, capture: Capture, *, env: Mapping[str, str], mark: str
+    ) -> Outcome:
         m = self._metrics
         m.in_flight.inc()
         start = time.perf_counter()
         outcome = "stopped"  # cancelled: stopped, interrupted or timed out
         try:
-            result = await super().run(inv, capture, attempt=attempt, run_id=run_id)
+            result = await super().run(inv, capture, env=env, mark=mark)
             outcome = "succeeded" if result.ok else "failed"
             return result
         finally:

@@ -118,10 +118,12 @@ class RunProcesses:
         _kill_group(self.pgid, signum)
         signal_marked(self.mark, signum)
 
-    def kill(self) -> int:
-        """SIGKILL the group and every marked process, scanning again until a scan finds
-        none it has not killed yet (bounded); how many marked processes were killed."""
-        _kill_group(self.pgid, signal.SIGKILL)
+    def kill(self, *, group: bool = True) -> int:
+        """SIGKILL the group (unless ``group`` is false: a worker process that lives on)
+        and every marked process, scanning again until a scan finds none it has not killed
+        yet (bounded); how many marked processes were killed."""
+        if group:
+            _kill_group(self.pgid, signal.SIGKILL)
         killed: set[int] = set()
         for _ in range(_KILL_ROUNDS):
             # A killed process stays readable until the kernel has torn it down (killing

@@ -1,19 +1,23 @@
-"""Running one invocation: a function in a worker thread, or a command as a subprocess.
+"""Running one invocation: a function in a worker process, or a command as a subprocess.
 
 The runner never raises for a failing job: every failure becomes an :class:`Outcome` with
 a :class:`~lakeshore.model.RemoteError`. Cancellation (a timeout, a cancel order, a drain
-that ran out of time) stops the run. A function's thread cannot be killed and runs on with
-its result discarded. A command is stopped for real
-(:mod:`~lakeshore.daemon.policies.stopping`): SIGTERM to all its processes, up to its
-``stop_grace_s`` for the main process to exit, then SIGKILL; the cancellation goes on only
-once that is over, and the :class:`Capture` says how it went.
+that ran out of time) stops the run for real (:mod:`~lakeshore.daemon.policies.stopping`):
+SIGTERM to all its processes, up to its ``stop_grace_s`` for the main process to exit,
+then SIGKILL; the cancellation goes on only once that is over, and the :class:`Capture`
+says how it went.
+
+A function runs in a worker process of the daemon's :class:`~lakeshore.daemon.pool.Pool`
+(a crash of it is the attempt's ``lakeshore.RunCrashed``, never the daemon's), or — with
+``isolation: "inline"`` — on a thread of the daemon, which cannot be stopped: a stopped
+inline run goes on with its result discarded.
 
 A command's run is over when its main process has exited: its pipes then get
-:data:`DRAIN_S` to deliver what is left and are closed, even if a descendant still holds
-them; then whatever the run left behind, in its process group or out of it, is killed
-(:mod:`lakeshore.daemon.reaper`). Every command sees ``LAKESHORE_JOB_ID`` (the invocation
-id), ``LAKESHORE_ATTEMPT`` (the claim's epoch) and the reaper's ``LAKESHORE_RUN`` mark in
-its environment, over the daemon's and the invocation's own variables.
+:data:`~lakeshore.daemon.policies.stopping.DRAIN_S` to deliver what is left and are closed,
+even if a descendant still holds them; then whatever the run left behind, in its process
+group or out of it, is killed (:mod:`lakeshore.daemon.reaper`). Every run sees the job's
+variables (``LAKESHORE_JOB_ID``, ``LAKESHORE_ATTEMPT``, …) and the reaper's
+``LAKESHORE_RUN`` mark in its environment, over the daemon's and the invocation's own.
 """
 
 from __future__ import annotations
@@ -33,19 +37,19 @@ from typing import Any
 
 import msgspec
 
-from lakeshore.daemon.policies.stopping import KILL_WAIT_S, Stopped, stop
+from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
+from lakeshore.daemon.pool import Pool, crashed_error
 from lakeshore.daemon.reaper import RUN_MARK, RunProcesses, signal_marked
-from lakeshore.model import Invocation, RemoteError
+from lakeshore.model import Invocation, Isolation, RemoteError
 
 log = logging.getLogger(__name__)
 
 #: Bytes of a command's stdout kept, and as many of its stderr: the last ones of each.
 TAIL_BYTES = 64 * 1024
-#: How long a command's pipes may still deliver once its main process has exited
-#: (seconds): what it wrote last is read, a descendant that holds them is not waited for.
-DRAIN_S = 0.2
-#: What every command sees in its environment, over its own ``env``.
-JOB_ID_VAR, ATTEMPT_VAR = "LAKESHORE_JOB_ID", "LAKESHORE_ATTEMPT"
+#: The two streams of a run's output, as its live log names them.
+STDOUT, STDERR = "out", "err"
+#: Gets each chunk of a run's output as it comes: ``sink(stream, chunk)``.
+Sink = Callable[[str, bytes], None]
 
 
 @dataclass(slots=True)
@@ -61,6 +65,8 @@ class Outcome:
     output: str | None = None
     #: the last :data:`TAIL_BYTES` of a command's stderr, decoded leniently
     stderr: str | None = None
+    #: the code the run ran: the digest of the function's module file
+    code_version: str | None = None
 
 
 class _Tail:
@@ -88,8 +94,10 @@ class Capture:
     --wait`` prints the stdout on its stdout and the stderr on its stderr.
     """
 
-    def __init__(self, limit: int = TAIL_BYTES) -> None:
+    def __init__(self, limit: int = TAIL_BYTES, sink: Sink | None = None) -> None:
         self._out, self._err = _Tail(limit), _Tail(limit)
+        #: also gets every chunk as it comes, with its stream (the live log)
+        self._sink = sink
         self.exit_code: int | None = None
         #: how the command was stopped; ``None`` if it was not (or is a function)
         self.stopped: Stopped | None = None
@@ -97,10 +105,14 @@ class Capture:
     def feed(self, chunk: bytes) -> None:
         """Add to the stdout tail."""
         self._out.feed(chunk)
+        if self._sink is not None:
+            self._sink(STDOUT, chunk)
 
     def feed_stderr(self, chunk: bytes) -> None:
         """Add to the stderr tail."""
         self._err.feed(chunk)
+        if self._sink is not None:
+            self._sink(STDERR, chunk)
 
     def text(self) -> str:
         """The stdout tail."""
@@ -122,37 +134,79 @@ def remote_error(e: BaseException) -> RemoteError:
 
 
 class Runner:
-    """Runs invocations. ``base_env`` is the daemon's environment, under each command's."""
+    """Runs invocations.
 
-    def __init__(self, base_env: Mapping[str, str]) -> None:
+    Args:
+        base_env: the daemon's environment, under each run's.
+        processes: most worker processes kept warm for functions (the concurrency).
+        max_runs_per_process: runs after which a worker process is replaced (``None``:
+            no limit).
+    """
+
+    def __init__(
+        self,
+        base_env: Mapping[str, str],
+        *,
+        processes: int = 1,
+        max_runs_per_process: int | None = None,
+    ) -> None:
         self._base_env = dict(base_env)
         self._threads = _Threads()
+        self.pool = Pool(base_env, size=processes, max_runs=max_runs_per_process)
 
-    async def run(self, inv: Invocation, capture: Capture, *, attempt: int, run_id: str) -> Outcome:
+    async def close(self) -> None:
+        """End the idle worker processes (the daemon is stopping)."""
+        await self.pool.close()
+
+    async def run(
+        self, inv: Invocation, capture: Capture, *, env: Mapping[str, str], mark: str
+    ) -> Outcome:
         """Run ``inv`` to its end; cancel the awaiting task to stop it.
 
         Args:
             inv: a ``fn`` or ``command`` invocation.
             capture: receives a command's output as it comes, so a stopped run keeps it.
-            attempt: the claim's epoch (``LAKESHORE_ATTEMPT``).
-            run_id: the execution's nonce; with the invocation id it makes the run's
-                ``LAKESHORE_RUN`` mark, unique to this run.
+            env: what the run sees over the daemon's environment and the invocation's
+                ``env`` (the job's ``LAKESHORE_JOB_ID``, ``LAKESHORE_ATTEMPT``, …).
+            mark: unique to this run: its processes carry it as ``LAKESHORE_RUN``.
 
         Returns:
             The outcome; failures are outcomes, not exceptions.
         """
         if inv.command:
-            env = {
-                **self._base_env,
-                **inv.env,
-                JOB_ID_VAR: inv.id,
-                ATTEMPT_VAR: str(attempt),
-                RUN_MARK: f"{inv.id}.{run_id}",
-            }
+            env = {**self._base_env, **inv.env, **env, RUN_MARK: mark}
             return await _command(inv.command, env, capture, inv.stop_grace_s)
-        if inv.fn:
+        if inv.fn and inv.isolation is Isolation.INLINE:
             return await _in_thread(self._threads, lambda: _call(inv.fn, inv.args, inv.kwargs))
+        if inv.fn:
+            return await self._function(inv, capture, env, mark)
         return Outcome(ok=False, error=remote_error(ValueError("neither fn nor command is set")))
+
+    async def _function(
+        self, inv: Invocation, capture: Capture, env: Mapping[str, str], mark: str
+    ) -> Outcome:
+        assert inv.fn is not None
+        try:
+            done, code = await self.pool.run(
+                inv.fn,
+                inv.args,
+                inv.kwargs,
+                env=inv.env,
+                run_env=env,
+                mark=mark,
+                grace_s=inv.stop_grace_s,
+                capture=capture,
+            )
+        except OSError as e:  # no worker process could be started
+            return Outcome(ok=False, error=remote_error(e))
+        if done is None:
+            return Outcome(ok=False, error=crashed_error(code, capture.stderr_text()))
+        if done.ok:
+            return Outcome(ok=True, value=done.value, code_version=done.code_version)
+        assert done.error is not None
+        kind, message, tb = done.error
+        error = RemoteError(type=kind, message=message, traceback=tb)
+        return Outcome(ok=False, error=error, code_version=done.code_version)
 
 
 class _Watch(asyncio.SubprocessProtocol):

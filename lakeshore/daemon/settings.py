@@ -50,6 +50,12 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     0: any free port."""
     metrics_host: str = "127.0.0.1"
     """Listen address of ``metrics_port``."""
+    max_runs_per_process: Annotated[int, Meta(ge=1)] | None = None
+    """Function runs after which a worker process is replaced by a fresh one (``None``: no
+    limit; it is replaced anyway after it crashed or was stopped, or when the code changed)."""
+    log_max_bytes: Annotated[int, Meta(ge=0)] = 16 * 1024 * 1024
+    """Most bytes of one attempt's output published to its live log (the server's
+    ``log_max_bytes`` has the same default); past it one line says how much was dropped."""
 
     @property
     def namespace(self) -> str:

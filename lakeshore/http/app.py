@@ -14,6 +14,7 @@ from lakeshore.http import (
     history,
     invocations,
     jobs,
+    logs,
     meta,
     metrics,
     namespaces,
@@ -29,6 +30,7 @@ from lakeshore.http.state import (
     FLEET,
     HISTORY,
     JOBS,
+    LOGS,
     PROBLEMS,
     QUEUES,
     REPLICA,
@@ -42,6 +44,7 @@ ROUTE_MODULES = (
     queues,
     invocations,
     jobs,
+    logs,
     workers,
     daemons,
     providers,
@@ -78,6 +81,8 @@ def make_app(
     app[HISTORY] = services.history
     app[BACKUP] = services.backup
     app[REPLICA] = services.replica
+    if services.logs is not None:
+        app[LOGS] = services.logs
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

@@ -10,6 +10,7 @@ from lakeshore.access import Access
 from lakeshore.services import FleetService, JobService, QueueService
 from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
+from lakeshore.services.logs import LogService
 
 ACCESS: web.AppKey[Access] = web.AppKey("access", Access)
 JOBS: web.AppKey[JobService] = web.AppKey("jobs", JobService)
@@ -21,3 +22,5 @@ BACKUP: web.AppKey[BackupService] = web.AppKey("backup", BackupService)
 PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")
 #: the leader's epoch and the state stream's sequence its file has applied
 REPLICA: web.AppKey[Callable[[], tuple[int, int]]] = web.AppKey("replica")
+#: jobs' live logs
+LOGS: web.AppKey[LogService] = web.AppKey("logs", LogService)

@@ -41,6 +41,16 @@ class HeldAnswer(Struct, frozen=True, kw_only=True):
     epoch: int = 0
     #: when to look again, if the holder is still running it then (seconds)
     retry_s: float = 0.0
+    #: the fields below were read from the job's history (``False``: an answer from a
+    #: control plane before them, or a holder's: nothing is known of the earlier attempts)
+    history: bool = False
+    #: earlier attempts that count toward ``max_attempts``: failed, timed out, crashed (a
+    #: preempted or lost one does not)
+    counted: int = 0
+    #: earlier attempts lost in a row just before this one (each one's daemon died under it)
+    lost_in_row: int = 0
+    #: an earlier attempt was preempted or lost (the run sees ``LAKESHORE_PREEMPTED=1``)
+    preempted: bool = False
 
 
 class StealGrant(Struct, frozen=True, kw_only=True):

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
-from lakeshore.model.names import DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
+from lakeshore.model.names import DEFAULT_MAX_LOST, DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
 from lakeshore.model.redact import redacted_fields, redacted_repr
 
 #: Largest batch one submit may carry.
@@ -26,6 +26,17 @@ MAX_ARGV = 4_096
 MAX_ENV = 1_024
 
 EnvName = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL)]
+
+
+class Isolation(StrEnum):
+    """Where a function runs on its daemon."""
+
+    #: a worker process of its own (reused for the next run of the same code and env):
+    #: stoppable, crashes alone, its output in the run's log
+    PROCESS = "process"
+    #: a thread of the daemon, for tiny pure-Python functions: cannot be stopped (a
+    #: stopped run goes on, its result discarded), cannot take devices or resources
+    INLINE = "inline"
 
 
 class InvocationState(StrEnum):
@@ -105,6 +116,12 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: a stopped run (cancel, timeout, a daemon stopping) gets SIGTERM, then SIGKILL this
     #: many seconds later if it has not exited (0–3600; checked at admission, which names it)
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    #: a function's: ``process`` (default) or ``inline`` (a command always runs in its
+    #: own process)
+    isolation: Isolation = Isolation.PROCESS
+    #: lost attempts in a row (its daemon died under each) after which the invocation
+    #: fails as ``lost_too_often`` rather than run again (1–100; checked at admission)
+    max_lost: int = DEFAULT_MAX_LOST
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -168,6 +185,12 @@ class Invocation(Struct, frozen=True, kw_only=True):
     submitted_at: datetime
     #: seconds between SIGTERM and SIGKILL when the run is stopped
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
+    #: a function's: ``process`` (default) or ``inline`` (a command always runs in its
+    #: own process)
+    isolation: Isolation = Isolation.PROCESS
+    #: lost attempts in a row (its daemon died under each) after which the invocation
+    #: fails as ``lost_too_often`` rather than run again (1–100; checked at admission)
+    max_lost: int = DEFAULT_MAX_LOST
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -235,7 +258,10 @@ class Attempt(Struct, frozen=True, kw_only=True):
     epoch: int | None
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    #: succeeded | failed | retrying | cancelled | stale | running | lost
+    #: succeeded | failed | retrying | cancelled | stale | running | preempted | lost:
+    #: ``preempted`` — its daemon stopped or retired and interrupted it; ``lost`` — its
+    #: daemon died under it (the claim was redelivered). Neither counts toward
+    #: ``max_attempts``; ``retrying`` (failed, retried) and ``failed`` do
     outcome: str
     #: another execution of the same epoch came first (by another daemon, or by this one
     #: after a restarted delivery count): at most one of them has its completion accepted,
@@ -283,6 +309,9 @@ class JobDetail(Job, frozen=True, kw_only=True):
     stale: int = 0
     #: the retries of this job, oldest first
     retried_by: list[str] = []
+    #: attempts that count toward ``max_attempts``: those that failed (an error, a timeout,
+    #: a crash) or succeeded; not the preempted or lost ones
+    counted_attempts: int = 0
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

@@ -84,6 +84,16 @@ def check_stop_grace(what: str, value: float) -> None:
         )
 
 
+def check_max_lost(what: str, value: int) -> None:
+    """Refuse a ``max_lost`` outside 1–:data:`MAX_LOST`.
+
+    Raises:
+        Invalid: naming ``what``, the field, the range and the value.
+    """
+    if not 1 <= value <= MAX_LOST:
+        raise Invalid(f"{what}: max_lost must be between 1 and {MAX_LOST} (got {value})")
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -104,6 +114,11 @@ MAX_TIMEOUT_S = 30 * 24 * 3600.0
 DEFAULT_STOP_GRACE_S = 10.0
 #: Longest ``stop_grace_s`` of an invocation: one hour (seconds).
 MAX_STOP_GRACE_S = 3600.0
+#: Lost attempts in a row (each one's daemon died under it) after which an invocation
+#: fails as ``lost_too_often`` unless it says.
+DEFAULT_MAX_LOST = 3
+#: Largest ``max_lost`` of an invocation.
+MAX_LOST = 100
 #: Largest ``elasticity.cost_weight``.
 MAX_COST_WEIGHT = 1_000_000.0
 #: Longest free text (descriptions).

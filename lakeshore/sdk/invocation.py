@@ -11,14 +11,19 @@ or :class:`JobDropped`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from lakeshore.errors import LakeshoreError
+import msgspec
+
+from lakeshore.errors import LakeshoreError, Unavailable
 from lakeshore.model import Job, JobDetail, Result
+from lakeshore.model.logs import LogEnd, LogLine
 from lakeshore.sdk import sync
 from lakeshore.sdk.client import Client
+from lakeshore.sdk.transport import api_path
 
 T = TypeVar("T")
 
@@ -202,6 +207,55 @@ async def wait_result(
     return answer
 
 
+_log_line = msgspec.json.Decoder(LogLine)
+
+
+async def stream_logs(
+    client: Client,
+    invocation_id: str,
+    *,
+    namespace: str | None = None,
+    follow: bool = False,
+    attempt: int | None = None,
+    after: int | None = None,
+    tail: int | None = None,
+    stream: str | None = None,
+) -> AsyncIterator[LogLine]:
+    """An invocation's live log, line by line (``GET …/jobs/:id/logs``).
+
+    Args:
+        follow: go on with new output, into later attempts, until the invocation ends.
+        attempt: start with this attempt (``None``: the latest, or the first to come).
+        after: resume after this chunk's ``seq`` of that attempt (no gap, no repeat).
+        tail: of what is stored, only the last ``tail`` lines.
+        stream: ``out`` or ``err`` only.
+
+    Yields:
+        :class:`LogChunk` lines, a :class:`LogAttempt` when a follow moves on to a retry,
+        and a :class:`LogEnd` last (a line of a kind this client does not know is skipped).
+
+    Raises:
+        NotFound: no such invocation in the namespace (another org's included).
+        Unavailable: the answer was cut before its end line.
+    """
+    params: dict[str, str | int] = {"follow": "true" if follow else "false"}
+    for key, value in (("attempt", attempt), ("after", after), ("tail", tail)):
+        if value is not None:
+            params[key] = value
+    if stream is not None:
+        params["stream"] = stream
+    path = api_path("namespaces", namespace or client.namespace, "jobs", invocation_id, "logs")
+    async for raw in client.stream_lines(path, params=params):
+        try:
+            line = _log_line.decode(raw)
+        except msgspec.ValidationError:
+            continue  # a newer server's kind of line
+        yield line
+        if isinstance(line, LogEnd):
+            return
+    raise Unavailable(f"the log of invocation {invocation_id} was cut before its end")
+
+
 class Invocation:
     """A handle on one submitted invocation.
 
@@ -303,6 +357,70 @@ class Invocation:
         """:meth:`retry` as a coroutine."""
         return await sync.acall(lambda c: self._retry(c, env))
 
+    def logs(
+        self, follow: bool = False, attempt: int | None = None, after: int | None = None
+    ) -> Iterator[LogLine]:
+        """Its live log: what is stored, and with ``follow`` what comes until it ends.
+
+        Args:
+            follow: go on with new output, into later attempts, until it ends.
+            attempt: start with this attempt (``None``: the latest, or the first to come).
+            after: resume after this chunk's ``seq`` of that attempt.
+
+        Yields:
+            :class:`~lakeshore.model.logs.LogChunk` (``text``, ``stream``, ``seq``, …),
+            :class:`~lakeshore.model.logs.LogAttempt` when a follow moves on to a retry,
+            and :class:`~lakeshore.model.logs.LogEnd` (the state) last.
+        """
+        lines: AsyncIterator[LogLine] | None = None
+
+        async def step(client: Client) -> LogLine | None:
+            nonlocal lines
+            if lines is None:
+                lines = self._logs(client, follow, attempt, after)
+            try:
+                return await anext(lines)
+            except StopAsyncIteration:
+                return None
+
+        try:
+            while (line := sync.call(step)) is not None:
+                yield line
+        finally:
+            if lines is not None:
+                with contextlib.suppress(Exception):
+                    sync.call(lambda _: lines.aclose())  # type: ignore[union-attr]
+
+    async def alogs(
+        self, follow: bool = False, attempt: int | None = None, after: int | None = None
+    ) -> AsyncIterator[LogLine]:
+        """:meth:`logs` as an async iterator (on the SDK's loop, awaited from yours)."""
+        lines: AsyncIterator[LogLine] | None = None
+
+        async def step(client: Client) -> LogLine | None:
+            nonlocal lines
+            if lines is None:
+                lines = self._logs(client, follow, attempt, after)
+            try:
+                return await anext(lines)
+            except StopAsyncIteration:
+                return None
+
+        try:
+            while (line := await sync.acall(step)) is not None:
+                yield line
+        finally:
+            if lines is not None:
+                with contextlib.suppress(Exception):
+                    await sync.acall(lambda _: lines.aclose())  # type: ignore[union-attr]
+
+    def _logs(
+        self, client: Client, follow: bool, attempt: int | None, after: int | None
+    ) -> AsyncIterator[LogLine]:
+        return stream_logs(
+            client, self.id, namespace=self.namespace, follow=follow, attempt=attempt, after=after
+        )
+
     async def _wait(self, client: Client, timeout: float | None) -> Result:
         return await wait_result(client, self.id, timeout, namespace=self.namespace)
 
@@ -325,6 +443,7 @@ __all__ = [
     "RemoteError",
     "failure",
     "poll_result",
+    "stream_logs",
     "value_of",
     "wait_result",
 ]

@@ -270,6 +270,33 @@ class Transport:
                     await asyncio.to_thread(f.write, chunk)
             return dict(resp.headers)
 
+    async def stream_lines(
+        self, path: str, *, params: dict[str, str | int] | None = None
+    ) -> AsyncIterator[bytes]:
+        """``GET path`` and yield its answer's lines (NDJSON) as they arrive, each without
+        its newline. The answer may last as long as it likes: only connecting is bounded
+        by ``timeout_s`` (a followed log lasts as long as its job).
+
+        Raises:
+            as :meth:`request` (an error answer before the first line; a connection lost
+            on the way: ``Unavailable``).
+        """
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout_s)
+        async with self._answer("GET", path, params=params, timeout=timeout) as resp:
+            if not 200 <= resp.status < 300:
+                raise error_from(resp.status, await resp.read(), self.api + path)
+            # Not ``async for line in resp.content``: aiohttp refuses lines over 128 KiB,
+            # and one chunk of output, escaped as JSON, may be longer.
+            pending = b""
+            async for data in resp.content.iter_any():
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield line
+            if pending.strip():
+                yield pending
+
     @asynccontextmanager
     async def _answer(
         self,
@@ -278,11 +305,13 @@ class Transport:
         *,
         params: dict[str, str | int] | None = None,
         body: bytes | None = None,
+        timeout: aiohttp.ClientTimeout | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """The answer of the control plane that took the request (see the module), open
-        while the block reads it; failing to get or read it raises as :meth:`request`."""
+        while the block reads it; failing to get or read it raises as :meth:`request`
+        (``timeout``: instead of the session's)."""
         try:
-            resp = await self._follow(method, path, params, body)
+            resp = await self._follow(method, path, params, body, timeout)
             try:
                 yield resp
             finally:
@@ -295,7 +324,12 @@ class Transport:
             raise self._unavailable(exc, method, path) from None
 
     async def _follow(
-        self, method: str, path: str, params: dict[str, str | int] | None, body: bytes | None
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str | int] | None,
+        body: bytes | None,
+        timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         """Send the request until a server other than a standby answers, moving
         :attr:`api` to the leader (see the module)."""
@@ -307,8 +341,9 @@ class Transport:
             # aiohttp sends a large bytes body from the event loop in one go; a stream it reads.
             data = io.BytesIO(body) if body and len(body) > _STREAM_BODY_BYTES else body
             try:
+                extra = {} if timeout is None else {"timeout": timeout}
                 resp = await session.request(
-                    method, here + path, data=data, params=params, headers=headers
+                    method, here + path, data=data, params=params, headers=headers, **extra
                 )
             except aiohttp.ClientConnectorError as exc:
                 if self.apis == (here,):

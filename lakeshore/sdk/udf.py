@@ -25,10 +25,12 @@ import msgspec
 
 from lakeshore.errors import Invalid
 from lakeshore.model import (
+    DEFAULT_MAX_LOST,
     DEFAULT_STOP_GRACE_S,
     MAX_BATCH,
     InvocationSubmit,
     SubmitAnswer,
+    check_max_lost,
     check_stop_grace,
 )
 from lakeshore.sdk import sync
@@ -130,6 +132,8 @@ class Udf(Generic[P, R]):
         namespace: str | None,
         idempotency_key: str | None = None,
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+        isolation: str = "process",
+        max_lost: int = DEFAULT_MAX_LOST,
     ) -> None:
         self.fn = fn
         #: ``module:qualname``, what the daemon imports
@@ -142,10 +146,13 @@ class Udf(Generic[P, R]):
             "priority": priority,
             "idempotency_key": idempotency_key,
             "stop_grace_s": stop_grace_s,
+            "isolation": isolation,
+            "max_lost": max_lost,
         }
         try:
             self._options = msgspec.convert(options, InvocationSubmit)
             check_stop_grace(f"invalid @udf option for {self.ref}", self._options.stop_grace_s)
+            check_max_lost(f"invalid @udf option for {self.ref}", self._options.max_lost)
         except msgspec.ValidationError as e:
             raise ValueError(f"invalid @udf option for {self.ref}: {e}") from None
         except Invalid as e:
@@ -169,6 +176,8 @@ class Udf(Generic[P, R]):
             "namespace": self.namespace,
             "idempotency_key": self._options.idempotency_key,
             "stop_grace_s": self._options.stop_grace_s,
+            "isolation": self._options.isolation.value,
+            "max_lost": self._options.max_lost,
         }
         unknown = set(changes) - set(current)
         if unknown:
@@ -271,6 +280,8 @@ def udf(
     priority: int = 0,
     namespace: str | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+    isolation: str = "process",
+    max_lost: int = DEFAULT_MAX_LOST,
 ) -> Callable[[Callable[P, R]], Udf[P, R]]: ...
 
 
@@ -284,6 +295,8 @@ def udf(
     priority: int = 0,
     namespace: str | None = None,
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
+    isolation: str = "process",
+    max_lost: int = DEFAULT_MAX_LOST,
 ) -> Any:
     """Make a module-level function submittable: ``@udf(queue="cpu-prep")`` (or ``@udf``).
 
@@ -300,9 +313,14 @@ def udf(
         priority: 0–9, higher first (priority queues only).
         namespace: the queue's namespace; ``None`` is the configured client's.
         stop_grace_s: a stopped run (cancelled, timed out, its daemon stopping) gets
-            SIGTERM, then SIGKILL this many seconds later, 0–3600. (A function runs on a
-            daemon thread for now, which cannot be stopped: this applies to its process
-            once functions run in one.)
+            SIGTERM, then SIGKILL this many seconds later, 0–3600; in the function,
+            SIGTERM raises ``RunStopped`` (a ``BaseException``), so ``finally:`` runs.
+        isolation: ``"process"`` (default): each run in a worker process of its daemon,
+            stoppable, crashing alone, re-imported when its module changed;
+            ``"inline"``: on a thread of the daemon, for tiny pure-Python functions —
+            it cannot be stopped (a stopped run goes on, its result discarded).
+        max_lost: after this many lost attempts in a row (the daemon running it died each
+            time) the invocation fails as ``lost_too_often`` instead of running again, 1–100.
 
     Raises:
         TypeError: the function cannot be imported by name on a daemon (a lambda, a
@@ -319,6 +337,8 @@ def udf(
             priority=priority,
             namespace=namespace,
             stop_grace_s=stop_grace_s,
+            isolation=isolation,
+            max_lost=max_lost,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -54,13 +54,15 @@ def inbox_tag(token: str) -> str:
 
 def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions:
     """A daemon: claim, renew and ack on its namespace's queue streams; events, results,
-    register and heartbeat as itself; its nudges, its control messages, its inbox."""
+    register and heartbeat as itself; its namespace's runs' logs (publish only: it reads
+    none); its nudges, its control messages, its inbox."""
     publish = [
         subjects.register_subject(namespace, worker_id),
         subjects.heartbeat_subject(namespace, worker_id),
         subjects.held_subject(namespace, worker_id),
         subjects.event_subject(namespace, "*", worker_id),
         subjects.result_put_subject(namespace),
+        subjects.log_put_subject(namespace),
     ]
     for queue in sorted(set(queues)):
         stream = subjects.queue_stream(namespace, queue)

@@ -26,6 +26,7 @@ from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
+from lakeshore.attempts import tally
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.fencing import open_claim
@@ -282,22 +283,43 @@ class JobService:
         holder having let go — a peer's NAK, a ``nak`` sent in error — and the invocation
         must not run twice at once. The latest earlier attempt that has not ended counts
         (:func:`~lakeshore.fencing.open_claim`: a retried one has); its daemon is live while
-        the registry has not seen it stop or go silent (``lost_after_s``)."""
+        the registry has not seen it stop or go silent (``lost_after_s``).
+
+        The answer also tallies the earlier attempts from the history
+        (:func:`~lakeshore.attempts.tally`, read once the Recorder has caught up with the
+        events stream, bounded): how many count toward ``max_attempts``, how many were lost
+        in a row, whether any was preempted or lost. It goes with a live holder's answer too:
+        the daemon runs a redelivery anyway once its holder is itself, or after too many
+        hand-backs."""
         claim = open_claim(await self._recorder.ask(Unfinished(namespace, job_id)), epoch)
+        answer = await self._earlier(namespace, job_id, epoch)
         if claim is None:
-            return HeldAnswer()
+            return answer
         held_epoch, worker = claim
         rows = [w for w in await self._workers.ask(ListWorkers(namespace)) if w.id == worker]
         if not rows or rows[0].status not in COUNTED or rows[0].last_heartbeat is None:
-            return HeldAnswer()
+            return answer
         # Judged by its silence, not by its row's status: the registry's sweep marks a
         # dead daemon lost a tick after ``lost_after_s``, and its redelivery must not wait
         # for that.
         left_s = self._lost_after_s - (now() - rows[0].last_heartbeat).total_seconds()
         if left_s < 0:
-            return HeldAnswer()
+            return answer
         retry_s = min(HELD_RETRY_S, max(HELD_MIN_RETRY_S, left_s))
-        return HeldAnswer(holder=worker, epoch=held_epoch, retry_s=retry_s)
+        return msgspec.structs.replace(answer, holder=worker, epoch=held_epoch, retry_s=retry_s)
+
+    async def _earlier(self, namespace: str, job_id: str, epoch: int) -> HeldAnswer:
+        """How the attempts before the redelivery ``epoch`` ended (``history`` false when
+        the job is not in the history yet)."""
+        with contextlib.suppress(Unavailable):  # then the history as it stands
+            await self._catch_up()
+        record = await self._store.get_job(namespace, job_id)
+        if record is None:
+            return HeldAnswer()
+        counted, lost_in_row, preempted = tally(record.job.attempts, before=epoch)
+        return HeldAnswer(
+            history=True, counted=counted, lost_in_row=lost_in_row, preempted=preempted
+        )
 
     def open_waits(self, org: str) -> int:
         """The result waits ``org`` holds open now."""
@@ -520,5 +542,4 @@ def summary(job: Job) -> Job:
     if type(job) is Job:
         return job
     fields = msgspec.structs.asdict(job)
-    del fields["attempts"], fields["stale"], fields["retried_by"]
-    return Job(**fields)
+    return Job(**{k: v for k, v in fields.items() if k in Job.__struct_fields__})

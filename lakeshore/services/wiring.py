@@ -14,6 +14,7 @@ from lakeshore.services.backup import BackupService
 from lakeshore.services.fleet import FleetService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.jobs import JobService
+from lakeshore.services.logs import LogService
 from lakeshore.services.queues import QueueService
 
 
@@ -32,3 +33,5 @@ class Services:
     backup: BackupService
     #: this leader's epoch and how far its file has applied the state stream
     replica: Callable[[], tuple[int, int]] = lambda: (0, 0)
+    #: jobs' live logs (``None``: not served)
+    logs: LogService | None = None

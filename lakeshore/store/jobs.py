@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 import msgspec
 
+from lakeshore.attempts import INTERRUPTED, LOST_TOO_OFTEN, PREEMPTED, tally
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
     RETRIED_STATES,
@@ -98,6 +99,7 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
     events = _all(con, q.EVENTS, [namespace, invocation_id])
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
+    rec["counted_attempts"] = tally(rec["attempts"]).counted
     if state in RETRIED_STATES:  # only these are retried: no scan on a result's wait
         # A retry is submitted after its job: only the newer ids can name it.
         retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
@@ -212,7 +214,10 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
     Events without a run id (a daemon from before run ids) are one execution per epoch and
     worker. An attempt's outcome is its accepted completion, else ``stale`` if it completed
     too late, else ``running`` for the newest attempt of an unfinished invocation, else
-    ``lost`` (its daemon vanished and the claim was redelivered).
+    ``lost`` (its daemon vanished and the claim was redelivered). A ``retrying`` completion
+    of a run its stopping daemon interrupted is ``preempted`` (:mod:`lakeshore.attempts`);
+    the ``failed`` event of a poison pill (reason ``lost_too_often``) ends the job, not an
+    attempt: that delivery was not run.
     """
     runs: dict[_Run, dict[str, Any]] = {}
     stale = 0
@@ -221,6 +226,8 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         if epoch is None:
             continue
         detail = _rows.from_json(raw) or {}
+        if detail.get("reason") == LOST_TOO_OFTEN:
+            continue  # a poison pill's end: that delivery was not run
         key = (epoch, worker, detail.get("run")) if worker is not None else _run_of(runs, epoch)
         a = runs.get(key)
         if a is None:
@@ -231,7 +238,8 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
         if type_ in _COMPLETIONS:
-            a["outcome"], a["ended_at"] = type_, ts
+            interrupted = type_ == EventType.RETRYING and detail.get("reason") == INTERRUPTED
+            a["outcome"], a["ended_at"] = PREEMPTED if interrupted else type_, ts
             if (error := _error(detail.get("error"))) is not None:
                 a["error"] = error
         elif type_ == EventType.STALE and a["outcome"] is None:

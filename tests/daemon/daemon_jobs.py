@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
+import signal
+import sys
 import threading
+import time
 
 #: Set by the test that blocks a function; released at the test's end.
 RELEASE = threading.Event()
@@ -49,3 +53,46 @@ def hang_first_time(marker: str) -> str:
 
 def big(size: int) -> str:
     return "x" * size
+
+
+def whoami() -> dict[str, object]:
+    """Where it ran: its process, that process's parent, and the run's variables."""
+    return {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "job": os.environ.get("LAKESHORE_JOB_ID"),
+        "attempt": os.environ.get("LAKESHORE_ATTEMPT"),
+        "mark": "LAKESHORE_RUN" in os.environ,
+    }
+
+
+def checkpointing(path: str) -> str:
+    """Sleeps for an hour; a stop's ``RunStopped`` runs its ``finally``, which checkpoints."""
+    pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
+    try:
+        time.sleep(3600)
+    finally:
+        pathlib.Path(path).write_text("step 7")
+    return "never"
+
+
+def sleeps(pid_path: str, deaf: bool = False) -> str:
+    """Sleeps for an hour (``deaf``: with SIGTERM ignored, so only SIGKILL ends it)."""
+    if deaf:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pathlib.Path(pid_path).write_text(f"{os.getpid()}\n")
+    time.sleep(3600)
+    return "never"
+
+
+def crash_first_time(marker: str, how: str = "segv") -> str:
+    """Its process dies on the first run (SIGSEGV, or ``os._exit(3)``); returns after."""
+    path = pathlib.Path(marker)
+    if path.exists():
+        return "survived"
+    path.touch()
+    print("about to crash", file=sys.stderr, flush=True)
+    if how == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return "unreachable"

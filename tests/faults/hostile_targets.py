@@ -4,10 +4,12 @@ one line per execution to ``$FAULTS_RUNS`` (``i pid``), as ``fault_targets.work`
 import os
 import signal
 
+from fault_targets import daemon_pid
+
 
 def _log(i: int) -> None:
     with open(os.environ["FAULTS_RUNS"], "a") as f:
-        f.write(f"{i} {os.getpid()}\n")
+        f.write(f"{i} {daemon_pid()}\n")
 
 
 def big(i: int, mib: int) -> str:
@@ -17,6 +19,6 @@ def big(i: int, mib: int) -> str:
 
 
 def poison(i: int) -> None:
-    """Kill the daemon that runs it: SIGKILL of its own process, every time."""
+    """Kill the daemon that runs it (SIGKILL), every time."""
     _log(i)
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(daemon_pid(), signal.SIGKILL)

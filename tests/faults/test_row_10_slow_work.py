@@ -61,15 +61,16 @@ async def test_long_and_blocked_runs_are_never_redelivered(plane_factory, daemon
         counts = await tally(api, answer["ids"])
     assert counts.states == {"succeeded": 2, "failed": 1}, counts.states
     assert counts.details[timed_out]["state"] == "failed"
-    assert counts.details[timed_out]["error"]["message"] == (
-        f"timed out after {1.5 * ACK_WAIT_S:g} s; its thread runs on, result discarded"
+    # Stopped for real: SIGTERM raised RunStopped in the blocked function, which ended it.
+    assert counts.details[timed_out]["error"]["message"].startswith(
+        f"timed out after {1.5 * ACK_WAIT_S:g} s; SIGTERM, then it exited after "
     )
     for inv_id in answer["ids"]:
         attempts = counts.details[inv_id]["attempts"]
         assert [a["epoch"] for a in attempts] == [1], (inv_id, attempts)
     assert counts.stale == 0 and counts.double_recorded == 0
     pid = daemons.procs["runner"].pid
-    assert sorted(int(f[0]) for f in _logged(daemons)) in ([0, 1], [0, 1, 2])
+    assert sorted(int(f[0]) for f in _logged(daemons)) == [0, 1]
     assert {int(f[1]) for f in _logged(daemons)} == {pid}
     record(
         10,

@@ -126,7 +126,8 @@ def test_a_flooding_org_is_refused_past_its_quotas_and_the_other_org_gets_no_err
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason=_SHARED_LOOP)
+# Not strict: on a loaded machine the idle p99 itself is slow, and the ratio can pass.
+@pytest.mark.xfail(strict=False, reason=_SHARED_LOOP)
 def test_the_other_orgs_p99_under_attack_stays_within_twice_its_idle_p99(
     attacked: fair_share.Outcome,
 ):

@@ -209,6 +209,8 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
     # and the Prometheus text a scraper reads.
     files = {("GET", "/v1/namespaces/x/history.parquet"), ("GET", "/metrics")}
     files.add(("POST", "/v1/backup"))
+    # A streamed NDJSON answer, read line by line (``stream_logs``, ``Invocation.logs``).
+    files.add(("GET", "/v1/namespaces/x/jobs/x/logs"))
     paths = (await client.openapi())["paths"]
     served = {
         (verb.upper(), re.sub(r"\{[^}/]+\}", "x", path))

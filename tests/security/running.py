@@ -7,8 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from nats.js.errors import NotFoundError
+from natsauth import plane_nats
 from polling import eventually
 
+from lakeshore.bus import subjects
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
 
 WAIT_S = 15.0
@@ -42,3 +45,24 @@ async def reaches(api: Any, job: str, state: str, namespace: str = "default") ->
         return (await api.get(f"/v1/namespaces/{namespace}/jobs/{job}"))[1]["state"]
 
     await eventually(shown, until=lambda s: s == state, timeout_s=WAIT_S, what=f"{job} {state}")
+
+
+async def logged(url: str, job: str, text: str, namespace: str = "default") -> None:
+    """Wait until the first attempt of ``job`` has published ``text`` to its live log."""
+    nc = await plane_nats(url)
+    try:
+        js = nc.jetstream()
+        subject = subjects.log_subject(namespace, job, 1)
+
+        async def first() -> bytes:
+            try:
+                return (await js.get_last_msg(subjects.LOGS_STREAM, subject)).data or b""
+            except NotFoundError:
+                return b""
+
+        await eventually(
+            first, until=lambda data: text.encode() in data, timeout_s=WAIT_S,
+            what=f"{text!r} in the log of {job}",
+        )  # fmt: skip
+    finally:
+        await nc.close()

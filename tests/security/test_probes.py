@@ -119,6 +119,22 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         client.errors.clear()
         await _refused(client, f"$JS.API.STREAM.MSG.GET.{subjects.STATE_STREAM}", b'{"seq":1}')
         client.errors.clear()
+        # read the victim's live logs: subscribe to them, or read them from the stream
+        # through a consumer, a direct get or a message get (a peer daemon of the same
+        # namespace may publish logs there, never read any)
+        await client.nc.subscribe(subjects.log_put_subject(NS))
+        await client.nc.flush()
+        await eventually(lambda c=client: c.refused(), until=bool, timeout_s=WAIT_S, what=who)
+        client.errors.clear()
+        logs, busy_log = subjects.LOGS_STREAM, subjects.log_subject(NS, world.busy_job, 1)
+        await _refused(client, f"$JS.API.CONSUMER.CREATE.{logs}", b'{"stream_name":"LS_LOGS"}')
+        client.errors.clear()
+        await _refused(client, f"$JS.API.DIRECT.GET.{logs}.{busy_log}")
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.MSG.GET.{logs}", b'{"seq":1}')
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.INFO.{logs}", b'{"subjects_filter":">"}')
+        client.errors.clear()
 
     for who in ("rival daemon", "rival producer"):
         client = probers[who]
@@ -141,6 +157,10 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         # wait for another org's result through the fast path (with its own token)
         ask = FastResult(token=world.rival_token, wait_s=0)
         await _refused(client, subjects.result_wait_subject(NS, world.done_job), codec.encode(ask))
+        client.errors.clear()
+        # write into another org's live log
+        busy_log = subjects.log_subject(NS, world.busy_job, 1)
+        await _refused(client, busy_log, b"forged output")
         client.errors.clear()
         # a forged event of another org as itself
         forged = _event(world, EventType.FAILED, who, world.busy_job, 2)

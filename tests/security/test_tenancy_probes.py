@@ -10,7 +10,7 @@ these tables cannot fill in fails the test until it is taught here.
   it) with its reply set to each subject of the victim the plane could publish on: nothing
   arrives there, every one is dropped and counted, and nothing of the victim changes.
 - Rollup and purge: a tenant's publish with ``Nats-Rollup`` or a KV purge on every subject
-  it may publish to is refused, and the victim's results and events stay.
+  it may publish to is refused, and the victim's results, events and logs stay.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def _victim_values(world: World) -> dict[str, Any]:
         "publisher": world.a.worker.id,
         "invocation_id": world.busy_job,
         "epoch": 1,
+        "attempt": 1,
         "level": 0,
     }
 
@@ -83,6 +84,8 @@ def victim_subjects(world: World) -> dict[str, str]:
         "consumer delete": f"$JS.API.CONSUMER.DELETE.{stream}.p0",
         "message delete": f"$JS.API.STREAM.MSG.DELETE.{stream}",
         "results purge": f"$JS.API.STREAM.PURGE.{subjects.RESULTS_STREAM}",
+        "logs purge": f"$JS.API.STREAM.PURGE.{subjects.LOGS_STREAM}",
+        "logs message delete": f"$JS.API.STREAM.MSG.DELETE.{subjects.LOGS_STREAM}",
         # The rows' log.
         "state epoch": subjects.STATE_EPOCH_SUBJECT,
         "state row": f"{subjects.STATE_PREFIX}.token.forged",
@@ -238,7 +241,8 @@ async def test_no_tenant_publish_can_roll_up_or_purge_what_others_wrote(world: W
     # The shared streams refused the rollups (not only the permissions).
     events = subjects.event_subject(RIVAL_NS, "x", worker)
     results = subjects.result_put_subject(RIVAL_NS).replace(".>", ".x.1")
-    for subject in (events, results):
+    logs = subjects.log_put_subject(RIVAL_NS).replace(".>", ".x.1")
+    for subject in (events, results, logs):
         outcome = outcomes[("rival daemon", subject, "rollup all")]
         assert outcome == "rollup not permitted", outcomes
     assert await world.snapshot() == before

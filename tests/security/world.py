@@ -50,8 +50,8 @@ class World:
     api: Any
     url: str
     a: Running  # the daemon whose job runs
-    busy_job: str  # claimed by a, running
-    done_job: str  # succeeded, its result stored
+    busy_job: str  # claimed by a, running, SECRET in its live log
+    done_job: str  # succeeded, its result and its log stored
     pending_job: str  # in queue "secret", with SECRET in its env
     rival_token: str
     peer_token: str
@@ -106,6 +106,7 @@ class World:
             # The victim's own, in the streams every org writes to.
             victim_results = await _messages(js, subjects.RESULTS_STREAM, f"$KV.*.{NS}.>")
             victim_events = await _messages(js, subjects.EVENTS_STREAM, f"ls.{NS}.evt.>")
+            victim_logs = await _messages(js, subjects.LOGS_STREAM, subjects.log_put_subject(NS))
         finally:
             await nc.close()
         workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
@@ -115,6 +116,7 @@ class World:
             "results": results,
             "victim results": victim_results,
             "victim events": victim_events,
+            "victim logs": victim_logs,
             # a live daemon moves between idle and busy by itself; retired, stopped or lost
             # is what a probe could have caused
             "workers": sorted(
@@ -150,8 +152,11 @@ async def make_world(control_plane, api) -> AsyncIterator[World]:
             api, "busy", {"command": [sys.executable, "-c", "print('done')"]}
         )
         await running.reaches(api, done_job, "succeeded")
-        busy_job = await running.submit(api, "busy", {"command": ["sleep", "60"]})
+        # It prints a secret of its own into its live log before it sleeps.
+        busy = {"command": ["sh", "-c", f"echo {SECRET}; exec sleep 60"]}
+        busy_job = await running.submit(api, "busy", busy)
         await running.reaches(api, busy_job, "running")
+        await running.logged(plane.nats_url, busy_job, SECRET)
         pending_job = await running.submit(
             api, "secret", {"command": ["true"], "env": {"AWS_SECRET_ACCESS_KEY": SECRET}}
         )

@@ -100,3 +100,45 @@ async def test_events_without_a_run_id_are_one_execution_per_epoch_and_daemon(
         (1, 1, "w", "retrying", False), (2, 1, "v", "stale", True),
         (4, 4, "w", "succeeded", False),
     ]  # fmt: skip
+
+
+async def test_an_interrupted_attempt_is_preempted_a_vanished_one_lost_and_neither_counts(
+    store: Store,
+) -> None:
+    def at(n: int, type_: EventType, epoch: int, worker: str, **detail: Any) -> tuple[Any, ...]:
+        body = {"seq": 1, "run": f"r{epoch}", **detail}
+        return (NS, Q, INV, T0 + timedelta(seconds=n), type_, epoch, worker, epoch, body)
+
+    error = {"type": "builtins.ValueError", "message": "bad"}
+    rows = [
+        (NS, Q, INV, T0, E.SUBMITTED, 0, None, None, {"seq": 1, "max_attempts": 2}),
+        at(1, E.CLAIMED, 1, "a"), at(2, E.STARTED, 1, "a"),
+        at(3, E.RETRYING, 1, "a", reason="interrupted"),
+        at(4, E.CLAIMED, 2, "b"), at(5, E.STARTED, 2, "b"),
+        at(6, E.CLAIMED, 3, "c"), at(7, E.STARTED, 3, "c"),
+        at(8, E.RETRYING, 3, "c", error=error, delay_s=1.0),
+        at(9, E.CLAIMED, 4, "d"), at(10, E.STARTED, 4, "d"), at(11, E.SUCCEEDED, 4, "d"),
+    ]  # fmt: skip
+    await store.append_invocation_events(rows)
+    record = await store.get_job(NS, INV)
+    assert record is not None
+    outcomes = [a.outcome for a in record.job.attempts]
+    assert outcomes == ["preempted", "lost", "retrying", "succeeded"]
+    assert (record.job.counted_attempts, record.job.max_attempts) == (2, 2)
+
+
+async def test_a_poison_pills_end_is_the_jobs_failure_not_an_attempt(store: Store) -> None:
+    rows: list[tuple[Any, ...]] = [(NS, Q, INV, T0, E.SUBMITTED, 0, None, None, {"seq": 1})]
+    for epoch in (1, 2, 3):
+        for k, type_ in enumerate((E.CLAIMED, E.STARTED)):
+            ts = T0 + timedelta(seconds=2 * epoch + k)
+            rows.append((NS, Q, INV, ts, type_, epoch, f"w{epoch}", epoch, {"run": f"r{epoch}"}))
+    error = {"type": "lakeshore.LostTooOften", "message": "lost 3 attempts in a row"}
+    detail = {"seq": 1, "reason": "lost_too_often", "error": error}
+    rows.append((NS, Q, INV, T0 + timedelta(seconds=9), E.FAILED, 4, "w4", 4, detail))
+    await store.append_invocation_events(rows)
+    record = await store.get_job(NS, INV)
+    assert record is not None
+    assert [a.outcome for a in record.job.attempts] == ["lost", "lost", "lost"]
+    assert record.job.state == "failed" and record.job.counted_attempts == 0
+    assert record.job.error is not None and record.job.error.type == "lakeshore.LostTooOften"

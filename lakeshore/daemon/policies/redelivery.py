@@ -7,15 +7,27 @@ daemon asks who holds an earlier attempt (``ls.<ns>.held.<id>``); one still held
 daemon is handed back with a delay (``nak``) rather than run a second time, and the
 running attempt stays the one whose completion counts. When the control plane does not
 answer, the redelivery runs: its absence must not stall recovery from a daemon's death.
+
+The same answer tells how the earlier attempts ended (:class:`~.retries.Earlier`: how many
+count toward ``max_attempts``, how many were lost in a row, whether any was preempted or
+lost). A redelivery after ``max_lost`` lost attempts in a row — its daemon died under each —
+is a poison pill: it is not run, and ends ``failed`` with reason ``lost_too_often``
+(:func:`lost_too_often`). Without an answer nothing is known of the earlier attempts
+(:data:`~.retries.UNKNOWN`): the retry count falls back to the delivery count, and the
+redelivery runs — a poison pill is judged only by the history, since the delivery count also
+grows on a stopping daemon's ``nak`` and a live holder's hand-backs.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+from lakeshore.attempts import LOST_TOO_OFTEN_ERROR
 from lakeshore.bus.work import WorkBus
+from lakeshore.daemon.policies.retries import UNKNOWN, Earlier
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import HeldAnswer, HeldAsk, Invocation
+from lakeshore.model import HeldAnswer, HeldAsk, Invocation, RemoteError
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +38,19 @@ log = logging.getLogger(__name__)
 MAX_HAND_BACKS = 12
 
 
-async def still_held(bus: WorkBus, inv: Invocation, epoch: int, me: str) -> HeldAnswer | None:
-    """The live holder of an earlier attempt of ``inv``, or ``None``: run attempt ``epoch``.
+@dataclass(frozen=True, slots=True)
+class Redelivery:
+    """What the control plane said of a redelivery."""
+
+    #: the live holder of an earlier attempt: hand the delivery back for ``retry_s``
+    #: (``None``: run it)
+    held: HeldAnswer | None
+    #: how the earlier attempts ended
+    earlier: Earlier
+
+
+async def check_redelivery(bus: WorkBus, inv: Invocation, epoch: int, me: str) -> Redelivery:
+    """Ask about attempt ``epoch`` of ``inv`` before running it (one request).
 
     Args:
         bus: the daemon's connection.
@@ -39,8 +62,21 @@ async def still_held(bus: WorkBus, inv: Invocation, epoch: int, me: str) -> Held
     try:
         answer = await bus.held(HeldAsk(namespace=inv.namespace, invocation_id=inv.id, epoch=epoch))
     except LakeshoreError as e:
-        log.warning("%s attempt %d: cannot ask who holds it (%s); running it", inv.id, epoch, e)
-        return None
+        log.warning(
+            "%s attempt %d: cannot ask who holds it (%s); running it, every earlier delivery "
+            "counted as an attempt",
+            inv.id, epoch, e,
+        )  # fmt: skip
+        return Redelivery(held=None, earlier=UNKNOWN)
+    earlier = UNKNOWN
+    if answer.history:
+        earlier = Earlier(
+            counted=answer.counted, lost_in_row=answer.lost_in_row, preempted=answer.preempted
+        )
+    return Redelivery(held=_held(answer, inv, epoch, me), earlier=earlier)
+
+
+def _held(answer: HeldAnswer, inv: Invocation, epoch: int, me: str) -> HeldAnswer | None:
     if answer.holder is None or answer.holder == me:
         return None
     if epoch - answer.epoch > MAX_HAND_BACKS:
@@ -50,3 +86,16 @@ async def still_held(bus: WorkBus, inv: Invocation, epoch: int, me: str) -> Held
         )  # fmt: skip
         return None
     return answer
+
+
+def lost_too_often(earlier: Earlier, max_lost: int) -> RemoteError | None:
+    """The error a poison pill ends with, when ``earlier`` says it is one: ``max_lost``
+    attempts in a row lost; else ``None``, run it."""
+    n = earlier.lost_in_row
+    if n < max_lost:
+        return None
+    return RemoteError(
+        type=LOST_TOO_OFTEN_ERROR,
+        message=f"lost {n} attempts in a row (max_lost {max_lost}): the daemon running it "
+        "died each time (killed, out of memory, its machine gone); not run again",
+    )

@@ -1,7 +1,12 @@
 """Retry policy: which failed attempts go back to the queue, and after how long.
 
-The attempt number is the claim's epoch (JetStream's delivery count), so it survives a
-daemon crash: a redelivered claim is a new attempt whoever runs it.
+A failed attempt is retried while the attempts that count toward ``max_attempts`` —
+failed, timed out, crashed; not preempted nor lost (:mod:`lakeshore.attempts`) — are fewer.
+The claim's epoch (JetStream's delivery count) also grows on a stopping daemon's ``nak``
+and on a dead daemon's redelivery, so a redelivery learns how the earlier attempts ended
+from the control plane (:class:`Earlier`, from the held answer, :mod:`.redelivery`); when
+the control plane cannot tell, every earlier delivery is counted (``epoch - 1``), as
+before the history was asked.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from lakeshore.errors import Unavailable
@@ -22,16 +28,41 @@ MAX_BACKOFF_S = 60.0
 FIRST_PAUSE_S, LONGEST_PAUSE_S = 0.1, 2.0
 
 
-def should_retry(epoch: int, max_attempts: int) -> bool:
-    """Whether a failed attempt ``epoch`` (1-based) leaves another one to run."""
-    return epoch < max_attempts
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """How a claim's earlier attempts ended, as far as the daemon knows."""
+
+    #: earlier attempts that count toward ``max_attempts``; ``None``: not known (the
+    #: control plane did not tell), every earlier delivery counts
+    counted: int | None = 0
+    #: earlier attempts lost in a row just before this one (0 when not known: a poison
+    #: pill is judged only by the history, never by the delivery count)
+    lost_in_row: int = 0
+    #: an earlier attempt was preempted or lost (the run sees ``LAKESHORE_PREEMPTED=1``)
+    preempted: bool = False
+
+    def attempt(self, epoch: int) -> int:
+        """The number of the claim ``epoch``'s attempt among those that count (1-based)."""
+        return (epoch - 1 if self.counted is None else self.counted) + 1
+
+
+#: A first delivery's: nothing before it.
+FIRST = Earlier()
+#: A redelivery's when the control plane does not answer.
+UNKNOWN = Earlier(counted=None)
+
+
+def should_retry(attempt: int, max_attempts: int) -> bool:
+    """Whether a failed attempt, the ``attempt``-th that counts (1-based), leaves another
+    one to run."""
+    return attempt < max_attempts
 
 
 def backoff_s(epoch: int) -> float:
     """Delay before the attempt after ``epoch``: 1, 2, 4 … seconds, capped at 60.
 
     Args:
-        epoch: the failed attempt, 1-based.
+        epoch: the failed attempt, 1-based (among those that count).
 
     Returns:
         The ``nak`` delay in seconds.

@@ -22,6 +22,9 @@ CANCELLED_TYPE = "lakeshore.Cancelled"
 #: Longest wait for a SIGKILLed main process to be reaped (seconds): the kernel ends it at
 #: once unless it is stuck in an uninterruptible wait, which no signal ends.
 KILL_WAIT_S = 5.0
+#: How long a run's pipes may still deliver once its main process has exited or answered
+#: (seconds): what it wrote last is read, a descendant that holds them is not waited for.
+DRAIN_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +75,11 @@ async def stop(send: Callable[[int], None], exited: asyncio.Event, grace_s: floa
     return Stopped(grace_s=grace_s, after_s=loop.time() - began, killed=True)
 
 
-def how_stopped(stopped: Stopped | None, *, function: bool) -> str:
-    """How a stopped run ended, as its error says it: a function's thread cannot be stopped
-    (its result is discarded); a command is :meth:`Stopped.describe`-d."""
-    if function:
-        return "its thread runs on, result discarded"
+def how_stopped(stopped: Stopped | None, *, inline: bool) -> str:
+    """How a stopped run ended, as its error says it: an inline function's thread cannot be
+    stopped (its result is discarded); a process is :meth:`Stopped.describe`-d."""
+    if inline:
+        return "an inline run's thread runs on, its result discarded"
     if stopped is None:
         return "stopped as it started"
     return stopped.describe()

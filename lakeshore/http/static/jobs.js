@@ -1,6 +1,8 @@
 // The dashboard's job views: the Jobs list and one Job with its attempts and result.
 
-import { api, badge, clock, enc, get, h, kv, namespace, nsPath, render, table, traceback } from "./lib.js";
+import {
+  TOKEN_KEY, api, badge, clock, enc, get, h, kv, namespace, nsPath, render, table, traceback,
+} from "./lib.js";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
 // What the retry route takes: a job that ended without its value.
@@ -86,6 +88,82 @@ function timeline(job) {
   });
 }
 
+// ---- the live log of the job shown (GET …/logs?follow=true, NDJSON) -------------------------
+
+// Characters of a log the page keeps (the newest).
+const LOG_KEEP = 1 << 20;
+// The one follow at a time: it outlives the view's re-renders, ends when the view changes.
+let follow = null;
+
+function followLog(base, id) {
+  if (follow?.id === id) return follow;
+  follow?.abort.abort();
+  follow = { id, text: "", note: "following…", abort: new AbortController() };
+  readLog(follow, base);
+  return follow;
+}
+
+function paintLog(f) {
+  const pre = document.getElementById("job-log");
+  if (!pre) {
+    // The view changed: stop following.
+    if (follow === f) follow = null;
+    f.abort.abort();
+    return;
+  }
+  pre.textContent = f.text;
+  pre.scrollTop = pre.scrollHeight;
+  document.getElementById("job-log-note").textContent = f.note;
+}
+
+async function readLog(f, base) {
+  let attempt = null;
+  let after = 0;
+  while (!f.abort.signal.aborted) {
+    const q = new URLSearchParams({ follow: "true" });
+    // A cut answer resumes after the last chunk read: no gap, no repeat.
+    if (attempt) q.set("attempt", attempt), q.set("after", after);
+    try {
+      const r = await fetch(`${base}/logs?${q}`, {
+        headers: { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}` },
+        signal: f.abort.signal,
+      });
+      if (!r.ok) {
+        f.note = `no log: HTTP ${r.status}`;
+        return paintLog(f);
+      }
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let pending = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        const lines = (pending + value).split("\n");
+        pending = lines.pop();
+        for (const line of lines.filter((l) => l.trim())) {
+          const x = JSON.parse(line);
+          if (x.kind === "chunk") {
+            f.text = (f.text + x.text).slice(-LOG_KEEP);
+            [attempt, after] = [x.attempt, x.seq];
+          } else if (x.kind === "attempt") {
+            f.text += `\n[attempt ${x.previous} is over; following attempt ${x.attempt}]\n`;
+            [attempt, after] = [x.attempt, 0];
+          } else if (x.kind === "end") {
+            f.note = `the job ended: ${x.state}`;
+            return paintLog(f);
+          }
+        }
+        f.note = "following…";
+        paintLog(f);
+      }
+    } catch (e) {
+      if (f.abort.signal.aborted) return;
+      f.note = `cut (${e.message}); reconnecting`;
+      paintLog(f);
+    }
+    await new Promise((done) => setTimeout(done, 1000));
+  }
+}
+
 export async function jobView(el, params, [id]) {
   const base = `${nsPath()}/jobs/${enc(id)}`;
   // Every attempt names its daemon (worker_name) while the daemon's row exists.
@@ -118,7 +196,8 @@ export async function jobView(el, params, [id]) {
     ...(job.retry_of ? [["retry of", jobLink(job.retry_of)]] : []),
     ...((job.retried_by || []).length ? [["retried by", job.retried_by.map(jobLink).join(" ")]] : []),
   ];
-  return () =>
+  return () => {
+    const log = followLog(base, job.id);
     render(
       el,
       `<h1>Job ${h(job.id)} <span id="job-state">${badge(job.state)}</span></h1>
@@ -136,6 +215,10 @@ export async function jobView(el, params, [id]) {
         <div class="card"><h2>Result</h2>${outcome}</div>
       </div>
       <h2>Attempts</h2>
-      ${table(["#", "daemon", "start", "end", "outcome", "error", "timeline"], timeline(job), "not started yet")}`,
+      ${table(["#", "daemon", "start", "end", "outcome", "error", "timeline"], timeline(job), "not started yet")}
+      <h2>Log <span id="job-log-note" class="muted">${h(log.note)}</span></h2>
+      <pre id="job-log" class="log">${h(log.text)}</pre>`,
     );
+    paintLog(log);
+  };
 }

@@ -1,0 +1,71 @@
+"""How an invocation's attempts count (pure, no I/O): spec/runs.md §4.
+
+An attempt that failed — an error, a timeout, a crash — counts toward ``max_attempts``
+(outcome ``retrying`` when it was retried, ``failed`` when it was the last), and so does
+the one that succeeded. One stopped through no fault of its own does not:
+
+* ``preempted``: its daemon stopped or retired and interrupted it (the ``retrying`` event
+  with reason ``interrupted``);
+* ``lost``: its daemon died under it (SIGKILL, the machine gone) and the claim was
+  redelivered.
+
+Lost attempts in a row are a poison pill's mark: an invocation whose daemon dies under it
+``max_lost`` times in a row ends ``failed`` with reason ``lost_too_often``
+(:data:`LOST_TOO_OFTEN`) rather than take down one daemon after another.
+
+The control plane tallies the history (:func:`tally`) and tells a daemon before it runs a
+redelivery (``HeldAnswer``); the daemon decides (``lakeshore/daemon/policies``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from lakeshore.model import Attempt
+
+#: Outcomes of attempts that count toward ``max_attempts``.
+COUNTED = frozenset({"retrying", "failed", "succeeded"})
+#: Outcomes of attempts stopped through no fault of their own.
+PREEMPTED, LOST = "preempted", "lost"
+#: The ``retrying`` event's ``reason`` of a run its stopping daemon interrupted.
+INTERRUPTED = "interrupted"
+#: The ``failed`` event's ``reason`` of a poison pill.
+LOST_TOO_OFTEN = "lost_too_often"
+#: The error type of a poison pill's ``Result``.
+LOST_TOO_OFTEN_ERROR = "lakeshore.LostTooOften"
+
+
+class Tally(NamedTuple):
+    """How the earlier attempts of an invocation stand."""
+
+    #: attempts that count toward ``max_attempts``
+    counted: int = 0
+    #: attempts lost in a row at the end
+    lost_in_row: int = 0
+    #: some attempt was preempted or lost
+    preempted: bool = False
+
+
+def tally(attempts: Iterable[Attempt], *, before: int | None = None) -> Tally:
+    """Count ``attempts`` (as the history lists them, by epoch).
+
+    Args:
+        attempts: a job's attempts.
+        before: only the attempts of an epoch below this one: those before the redelivery
+            about to run. One of them still ``running`` is ``lost`` then: its daemon let it
+            go (the asker has checked that no live daemon holds it).
+
+    Returns:
+        The tally.
+    """
+    counted = in_row = 0
+    preempted = False
+    for a in attempts:
+        if before is not None and (a.epoch is None or a.epoch >= before):
+            continue
+        outcome = LOST if before is not None and a.outcome == "running" else a.outcome
+        counted += outcome in COUNTED
+        in_row = in_row + 1 if outcome == LOST else 0
+        preempted = preempted or outcome in (LOST, PREEMPTED)
+    return Tally(counted=counted, lost_in_row=in_row, preempted=preempted)
