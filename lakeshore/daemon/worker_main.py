@@ -6,39 +6,41 @@ its modules must not shadow the user's). It talks to the daemon over a Unix sock
 (the fd in ``LAKESHORE_WORKER_FD``), in frames of a 4-byte big-endian length and a msgpack
 body:
 
-- daemon → worker: ``F`` with two fds attached (the run's stdout and stderr pipes), then a
-  :class:`Call` frame;
+- worker → daemon, once started: :class:`Ready`;
+- daemon → worker: a :class:`Call` frame;
 - worker → daemon: a :class:`Done` frame, or a :class:`Stale` one when a module it imported
   earlier has changed on disk since (it exits; the daemon runs the call on a new worker).
 
-During a run, fds 1 and 2 are the run's pipes (so ``print``, ``logging`` — configured at
-``INFO`` on stderr — and any subprocess the function starts write to the run's output);
-between runs they are the worker's own. ``SIGTERM`` during a run raises
+It imports little (``asyncio``, ``hashlib`` and ``traceback`` only when a run needs them):
+a worker's start is on the path of a run that waits for one.
+
+During a run, fds 1 and 2 are the worker's output pipes (their fds in
+``LAKESHORE_WORKER_OUT`` and ``LAKESHORE_WORKER_ERR``; so ``print``, ``logging`` —
+configured at ``INFO`` on stderr — and any subprocess the function starts write to the
+run's output); between runs they are the worker's own. It answers only after flushing
+both, so the daemon has all a run wrote when the answer comes. ``SIGTERM`` during a run raises
 :class:`RunStopped` in the function, so its ``finally:`` and checkpoint code run; the worker
 then answers and exits (a stopped worker is never reused). ``SIGTERM`` between runs exits.
 """
 
 from __future__ import annotations
 
-import array
-import asyncio
-import hashlib
 import importlib
-import importlib.util
-import inspect
 import logging
 import os
 import signal
 import socket
 import struct
 import sys
-import traceback
+import time
 from typing import Any
 
 import msgspec
 
 #: The environment variable that names the worker's end of the socket pair.
 FD_VAR = "LAKESHORE_WORKER_FD"
+#: The environment variables that name the write ends of the worker's output pipes.
+OUT_VAR, ERR_VAR = "LAKESHORE_WORKER_OUT", "LAKESHORE_WORKER_ERR"
 #: The daemon's pid (the worker exits if its parent is not that one any more).
 PARENT_VAR = "LAKESHORE_WORKER_PARENT"
 #: Frame header: the body's length.
@@ -66,6 +68,13 @@ class Done(msgspec.Struct, frozen=True, tag="done"):
     #: processes the run started are still alive (or this is not Linux, where the worker
     #: cannot tell): the daemon finds and kills them
     left: bool = True
+    #: how long the function itself took (seconds): what the pool's growth goes by (the
+    #: daemon's own view of a run includes its event loop's delays)
+    run_s: float = 0.0
+
+
+class Ready(msgspec.Struct, frozen=True, tag="ready"):
+    """The worker has started and waits for its first call."""
 
 
 class Stale(msgspec.Struct, frozen=True, tag="stale"):
@@ -74,7 +83,7 @@ class Stale(msgspec.Struct, frozen=True, tag="stale"):
     path: str
 
 
-Frame = Call | Done | Stale
+Frame = Call | Ready | Done | Stale
 
 
 class RunStopped(BaseException):
@@ -96,35 +105,34 @@ def decode(body: bytes) -> Frame:
     return _decoder.decode(body)
 
 
-def send_fds(sock: socket.socket, fds: tuple[int, int]) -> None:
-    """The daemon's half of a call's start: the ``F`` byte with the run's two fds."""
-    sock.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+#: The most of a frame read at once.
+RECV_BYTES = 1 << 16
 
 
 class _Worker:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, out: int, err: int) -> None:
         self._sock = sock
+        self._out, self._err = out, err
         self._own_out, self._own_err = os.dup(1), os.dup(2)
         self._running = False
         self._stopped = False
         #: (path, mtime_ns, size) of the files of the modules imported so far, not stdlib's
         #: nor site-packages'
         self._files: dict[str, tuple[int, int]] = {}
+        #: how many modules were loaded when ``_files`` was last brought up to date
+        self._modules_seen = 0
         self._digests: dict[tuple[str, int, int], str] = {}
         self._roots = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, _here()})
 
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C is its to handle
-        while (got := self._receive()) is not None:
-            call, fds = got
+        while (call := self._receive()) is not None:
             changed = self._changed()
             if changed is not None:
-                for fd in fds:
-                    os.close(fd)
                 self._send(Stale(path=changed))
                 return
-            self._send(self._run(call, fds))
+            self._send(self._run(call))
             if self._stopped:
                 return
 
@@ -134,14 +142,13 @@ class _Worker:
         self._stopped = True
         raise RunStopped("the run was stopped (SIGTERM)")
 
-    def _run(self, call: Call, fds: list[int]) -> Done:
+    def _run(self, call: Call) -> Done:
         saved = {k: os.environ.get(k) for k in call.env}
         os.environ.update(call.env)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[1], 2)
-        for fd in fds:
-            os.close(fd)
+        os.dup2(self._out, 1)
+        os.dup2(self._err, 2)
         self._running = True
+        began = time.perf_counter()
         try:
             try:
                 value = _call(call.fn, call.args, call.kwargs)
@@ -166,21 +173,27 @@ class _Worker:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        run_s = time.perf_counter() - began
         self._remember()
         version = self._version(call.fn)
-        return msgspec.structs.replace(done, code_version=version, left=_left_children())
+        return msgspec.structs.replace(
+            done, code_version=version, left=_left_children(), run_s=run_s
+        )
 
-    def _receive(self) -> tuple[Call, list[int]] | None:
+    def _receive(self) -> Call | None:
         try:
-            msg, fds, _, _ = socket.recv_fds(self._sock, 1, 2)
+            msg = self._sock.recv(RECV_BYTES)
         except (ConnectionError, OSError):
             return None
         if not msg:
             return None  # the daemon closed its end: exit
-        (size,) = HEADER.unpack(self._recv_exact(HEADER.size))
-        frame = decode(self._recv_exact(size))
+        buf = bytearray(msg)
+        buf += self._recv_exact(HEADER.size - len(buf))
+        (size,) = HEADER.unpack_from(buf)
+        buf += self._recv_exact(HEADER.size + size - len(buf))
+        frame = decode(bytes(buf[HEADER.size :]))
         assert isinstance(frame, Call)
-        return frame, list(fds)
+        return frame
 
     def _recv_exact(self, n: int) -> bytes:
         buf = bytearray()
@@ -194,21 +207,21 @@ class _Worker:
     def _send(self, frame: Frame) -> None:
         self._sock.sendall(encode(frame))
 
-    def _user_files(self) -> dict[str, tuple[int, int]]:
-        files = {}
+    def _remember(self) -> None:
+        """Note the files of the modules imported since the last run, as they are now (a
+        module's file seen once keeps what it was then: a change is a change since)."""
+        if len(sys.modules) == self._modules_seen:
+            return  # nothing new was imported (the usual warm run)
+        self._modules_seen = len(sys.modules)
         for module in list(sys.modules.values()):
             path = getattr(module, "__file__", None)
-            if not path or path.startswith(self._roots):
+            if not path or path in self._files or path.startswith(self._roots):
                 continue
             try:
                 st = os.stat(path)
             except OSError:
                 continue
-            files[path] = (st.st_mtime_ns, st.st_size)
-        return files
-
-    def _remember(self) -> None:
-        self._files = self._user_files()
+            self._files[path] = (st.st_mtime_ns, st.st_size)
 
     def _changed(self) -> str | None:
         """A file of a module imported by an earlier run that changed since; ``None``."""
@@ -230,6 +243,8 @@ class _Worker:
             st = os.stat(path)
             key = (path, st.st_mtime_ns, st.st_size)
             if key not in self._digests:
+                import hashlib
+
                 with open(path, "rb") as f:
                     self._digests[key] = hashlib.sha256(f.read()).hexdigest()[:16]
         except OSError:
@@ -283,10 +298,10 @@ def _left_children() -> bool:
 
 
 def _here() -> str:
-    """The Lakeshore package's directory: its modules are not the user's code."""
-    spec = importlib.util.find_spec("lakeshore")
-    origin = spec.origin if spec is not None else None
-    return os.path.dirname(origin) if origin else "\0"
+    """The Lakeshore package's directory (this file's is ``lakeshore/daemon``): its modules
+    are not the user's code."""
+    here = globals().get("__file__")
+    return os.path.dirname(os.path.dirname(os.path.abspath(here))) if here else "\0"
 
 
 def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -297,7 +312,9 @@ def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     value = obj(*args, **kwargs)
-    if inspect.isawaitable(value):
+    if hasattr(value, "__await__"):  # a coroutine function's (inspect.isawaitable's test)
+        import asyncio
+
         value = asyncio.run(_await(value))
     return value
 
@@ -307,6 +324,8 @@ async def _await(awaitable: Any) -> Any:
 
 
 def _error(e: BaseException) -> tuple[str, str, str]:
+    import traceback
+
     t = type(e)
     name = "lakeshore.RunStopped" if t is RunStopped else f"{t.__module__}.{t.__qualname__}"
     return (name, str(e), "".join(traceback.format_exception(e)))
@@ -322,7 +341,12 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    _Worker(sock).serve()
+    out, err = int(os.environ.pop(OUT_VAR)), int(os.environ.pop(ERR_VAR))
+    for fd in (out, err):
+        os.set_inheritable(fd, False)  # a run's subprocesses get them as their fds 1 and 2
+    worker = _Worker(sock, out, err)
+    sock.sendall(encode(Ready()))
+    worker.serve()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import asyncio
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -96,3 +97,36 @@ def crash_first_time(marker: str, how: str = "segv") -> str:
         os._exit(3)
     os.kill(os.getpid(), signal.SIGSEGV)
     return "unreachable"
+
+
+def leaves_a_printer(pid_path: str) -> str:
+    """Starts a process in a session of its own that keeps printing on the run's stdout, and
+    returns at once."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PRINTER, pid_path], start_new_session=True, stdout=sys.stdout
+    )
+    print(f"started {child.pid}", flush=True)
+    return "left"
+
+
+_PRINTER = (
+    "import os, sys, time, pathlib; pathlib.Path(sys.argv[1]).write_text(f'{os.getpid()}\\n')\n"
+    "while True: print('still here', flush=True); time.sleep(0.01)"
+)
+
+
+def prints(text: str) -> str:
+    print(text, flush=True)
+    return text
+
+
+def meet(directory: str, n: int) -> int:
+    """Waits (at most 30 s) until ``n`` runs of it are running at once; its pid."""
+    here = pathlib.Path(directory)
+    (here / str(os.getpid())).touch()
+    deadline = time.monotonic() + 30
+    while len(list(here.iterdir())) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(list(here.iterdir()))} of {n} runs met")
+        time.sleep(0.01)
+    return os.getpid()

@@ -27,6 +27,19 @@ async def test_a_function_runs_in_a_worker_process_reused_by_the_next_run(bench,
     assert two["job"] == second
 
 
+async def test_long_runs_get_a_worker_process_each_up_to_the_concurrency(
+    bench, daemons, tmp_path: Path
+):
+    q = await bench.queue("fn-grow")
+    await daemons.start("solo", queues=[q], concurrency=4)
+    (met := tmp_path / "met").mkdir()
+    ids = await bench.submit(q, *[fn("meet", str(met), 4) for _ in range(4)])
+    for inv_id in ids:
+        assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    pids = {(await bench.result(inv_id, 1)).value for inv_id in ids}
+    assert len(pids) == 4  # all four ran at once, each in a worker of its own
+
+
 async def test_a_worker_process_is_replaced_after_max_runs_per_process(bench, daemons):
     q = await bench.queue("fn-max-runs")
     await daemons.start("solo", queues=[q], max_runs_per_process=1)

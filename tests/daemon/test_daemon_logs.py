@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import msgspec
-from daemon_support import HERE, WAIT_S, J, command
+from daemon_support import HERE, WAIT_S, J, command, wait_gone, wait_pid
 
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.daemon import DaemonSettings
@@ -217,6 +217,25 @@ async def test_a_functions_print_and_logging_reach_its_log(bench, daemons):
     assert text_of(lines, "out") == "hello bob\n"
     assert text_of(lines, "err").startswith("to stderr\n")
     assert "logged for bob" in text_of(lines, "err")
+
+
+async def test_a_function_leaving_a_printing_process_ends_and_the_next_run_prints_alone(
+    bench, daemons, tmp_path: Path
+):
+    q = await bench.queue("logs-fn-left")
+    await daemons.start("solo", queues=[q], concurrency=1)
+    pid_path = tmp_path / "printer.pid"
+    spec = {"fn": "daemon_jobs:leaves_a_printer", "args": [str(pid_path)], "kwargs": {}}
+    [left] = await bench.submit(q, spec)
+    lines = await log_lines(bench.api, left, follow=True)
+    assert lines[-1]["state"] == "succeeded"
+    assert text_of(lines, "out").startswith("started ")
+    await wait_gone(await wait_pid(pid_path))  # found by its mark and killed
+    # It held the worker's stdout: the next run's output is its own all the same.
+    [after] = await bench.submit(q, {"fn": "daemon_jobs:prints", "args": ["mine"], "kwargs": {}})
+    lines = await log_lines(bench.api, after, follow=True)
+    assert lines[-1]["state"] == "succeeded"
+    assert text_of(lines) == "mine\n"
 
 
 def _inv(invocation_id: str) -> Invocation:
