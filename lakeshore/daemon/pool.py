@@ -6,8 +6,8 @@ next run. The pool keeps at most ``size`` of them (the daemon's ``concurrency``)
 a run an idle one started with the same environment (the invocation's ``env``); otherwise
 the run waits for the first of that environment to free or start, and the pool starts
 one (first ending an idle one of another environment when it is full) when that is the
-sooner way (:mod:`~lakeshore.daemon.pool_growth`): a daemon of small runs keeps about one
-worker per core, one of long runs one per run.
+right thing (:mod:`~lakeshore.daemon.pool_growth`): a daemon of small runs keeps about
+one worker per core, one of longer runs one per run.
 
 A worker process is not reused after it crashed, was stopped, answered that a module it
 imported has changed on disk (the run goes to a fresh worker, so an edited module is
@@ -470,6 +470,8 @@ class Pool:
             self._starting[key].remove(began)
         self._start_s.add(asyncio.get_running_loop().time() - began)
         self._give_back(worker)
+        if any(k == key and not f.done() for k, f in self._waiting):
+            self._grow(key)  # a start is done: another may begin at once
 
     def _give_back(self, worker: WorkerProcess) -> None:
         """``worker`` is free: to the first run waiting for its environment, else idle."""

@@ -3,13 +3,19 @@
 Starting a Python process costs tens of milliseconds of CPU (over a hundred on a loaded
 two-core machine); a small function's run on a warm one, a fraction of a millisecond. A
 pool that started a process for every run that found none idle (up to its ``concurrency``)
-would spend a drain of small runs starting processes; one that never grew would queue long
-runs behind each other. So a run that finds no idle worker of its environment gets a new
-one only when that is the sooner way to run it: when the pool's own workers would not
-reach it before a new one could be started. Then a run never waits for a busy worker
-longer than a start would have taken it, and a pool of small runs stays small. Below one
-worker per CPU core, a waiting run always starts one: the daemon and its workers then
-run on every core at once (a round trip to one worker leaves the others idle).
+spends a drain of small runs starting processes — 128 of them for 10,000 no-ops on two
+daemons, more CPU than the runs — and one that never grew would queue long runs behind
+each other. So a run that finds no idle worker of its environment gets a new one when:
+
+- the environment has fewer workers than the machine has cores (they then run on every
+  core at once: a round trip to one worker leaves the others idle);
+- nothing is known of its runs yet (none has ended): a few at a time, as many starting at
+  once as there are cores, until one ends;
+- its runs take :data:`LONG_RUN_S` or more: each worker then adds to what the daemon gets
+  done, and its start is paid once for many runs — as many workers as the concurrency;
+- its runs are small, but the pool's own workers would not reach the run before a new one
+  could be started (one is stuck on a long run): a run never waits for a busy worker
+  longer than a start would have taken it.
 
 How soon a worker frees: one that started a run ``elapsed`` seconds ago, when runs take
 ``mean_s`` on average, frees in ``mean_s - elapsed``; one already past the mean is guessed
@@ -23,6 +29,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+
+#: Runs at least this long (seconds, on average) get as many workers as they can use.
+LONG_RUN_S = 0.01
 
 
 def remaining_s(elapsed: float, mean_s: float | None) -> float:
@@ -70,10 +79,14 @@ def should_start(
     start_s: float,
     cores: int = 1,
 ) -> bool:
-    """Whether a new worker would reach the ``position``-th waiting run sooner than the
-    pool's own (the arguments are :func:`expected_wait_s`'s; a tie starts none), or the
-    environment has fewer workers than ``cores``."""
+    """Whether to start a worker for the ``position``-th waiting run of an environment
+    (the module's rules; the arguments are :func:`expected_wait_s`'s, and ``cores`` the
+    machine's)."""
     if len(busy_s) + len(starting_s) < cores:
+        return True
+    if mean_s is None:
+        return len(starting_s) < cores
+    if mean_s >= LONG_RUN_S:
         return True
     wait = expected_wait_s(
         position, busy_s=busy_s, starting_s=starting_s, mean_s=mean_s, start_s=start_s

@@ -27,6 +27,21 @@ def test_below_one_worker_per_core_a_waiting_run_starts_one():
                             cores=2)  # fmt: skip
 
 
+def test_runs_of_ten_ms_or_more_get_a_worker_each_though_one_would_free_first():
+    # 150 ms runs, a start of 300 ms: waiting is sooner for this run, but a worker more
+    # doubles what the daemon gets done from now on.
+    assert should_start(3, busy_s=[0.0, 0.0], starting_s=[], mean_s=0.15, start_s=0.3, cores=2)
+    assert not should_start(3, busy_s=[0.0, 0.0], starting_s=[], mean_s=0.005, start_s=0.3,
+                            cores=2)  # fmt: skip
+
+
+def test_before_any_run_ended_as_many_start_at_once_as_there_are_cores():
+    assert should_start(3, busy_s=[0.0, 0.0], starting_s=[0.0], mean_s=None, start_s=START,
+                        cores=2)  # fmt: skip
+    assert not should_start(5, busy_s=[0.0, 0.0], starting_s=[0.0, 0.0], mean_s=None,
+                            start_s=START, cores=2)  # fmt: skip
+
+
 def test_long_runs_start_a_worker_for_each_waiting_run():
     # Runs of an hour: no busy worker frees before a new one starts, for any run waiting.
     for position in (1, 2, 5):
@@ -36,10 +51,10 @@ def test_long_runs_start_a_worker_for_each_waiting_run():
                             start_s=START)  # fmt: skip
 
 
-def test_before_any_run_ended_runs_wait_for_the_worker_being_started():
-    # A drain's first moment: one worker starting; the others wait for it...
+def test_before_any_run_ended_runs_wait_for_the_workers_being_started():
+    # A drain's first moment on one core: one worker starting, the others wait for it...
     assert not should_start(40, busy_s=[], starting_s=[0.0], mean_s=None, start_s=START)
-    # ...until a run proves long: then a start is the sooner way.
+    # ...and once it has started, the next start begins.
     assert should_start(40, busy_s=[0.5], starting_s=[], mean_s=None, start_s=START)
 
 
