@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import logging
 import queue
@@ -40,6 +39,7 @@ import msgspec
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
 from lakeshore.daemon.pool import Pool, crashed_error
 from lakeshore.daemon.reaper import RUN_MARK, RunProcesses, signal_marked
+from lakeshore.daemon.worker_main import resolve
 from lakeshore.model import Invocation, Isolation, RemoteError
 
 log = logging.getLogger(__name__)
@@ -309,22 +309,6 @@ async def _end(transport: asyncio.SubprocessTransport, watch: _Watch, procs: Run
         raise
     if left:
         log.info("run %s: killed %d process(es) it left behind", procs.mark, left)
-
-
-def resolve(ref: str) -> Callable[..., Any]:
-    """Import ``module:qualname`` and return the object it names.
-
-    Raises:
-        ValueError: ``ref`` has no ``:``.
-        ImportError / AttributeError: the module or a name in it does not exist.
-    """
-    module_name, sep, qualname = ref.partition(":")
-    if not sep or not module_name or not qualname:
-        raise ValueError(f"fn {ref!r} is not of the form 'module:qualname'")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Outcome:

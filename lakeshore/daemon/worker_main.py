@@ -304,14 +304,25 @@ def _here() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(here))) if here else "\0"
 
 
-def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+def resolve(ref: str) -> Any:
+    """Import ``module:qualname`` and return the object it names (the daemon's inline runs
+    use it too).
+
+    Raises:
+        ValueError: ``ref`` has no ``:``.
+        ImportError / AttributeError: the module or a name in it does not exist.
+    """
     module_name, sep, qualname = ref.partition(":")
     if not sep or not module_name or not qualname:
         raise ValueError(f"fn {ref!r} is not of the form 'module:qualname'")
     obj: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         obj = getattr(obj, part)
-    value = obj(*args, **kwargs)
+    return obj
+
+
+def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    value = resolve(ref)(*args, **kwargs)
     if hasattr(value, "__await__"):  # a coroutine function's (inspect.isawaitable's test)
         import asyncio
 

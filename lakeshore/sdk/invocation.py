@@ -372,54 +372,25 @@ class Invocation:
             :class:`~lakeshore.model.logs.LogAttempt` when a follow moves on to a retry,
             and :class:`~lakeshore.model.logs.LogEnd` (the state) last.
         """
-        lines: AsyncIterator[LogLine] | None = None
-
-        async def step(client: Client) -> LogLine | None:
-            nonlocal lines
-            if lines is None:
-                lines = self._logs(client, follow, attempt, after)
-            try:
-                return await anext(lines)
-            except StopAsyncIteration:
-                return None
-
+        lines = _Lines(self, follow, attempt, after)
         try:
-            while (line := sync.call(step)) is not None:
+            while (line := sync.call(lines.step)) is not None:
                 yield line
         finally:
-            if lines is not None:
-                with contextlib.suppress(Exception):
-                    sync.call(lambda _: lines.aclose())  # type: ignore[union-attr]
+            with contextlib.suppress(Exception):
+                sync.call(lines.close)
 
     async def alogs(
         self, follow: bool = False, attempt: int | None = None, after: int | None = None
     ) -> AsyncIterator[LogLine]:
         """:meth:`logs` as an async iterator (on the SDK's loop, awaited from yours)."""
-        lines: AsyncIterator[LogLine] | None = None
-
-        async def step(client: Client) -> LogLine | None:
-            nonlocal lines
-            if lines is None:
-                lines = self._logs(client, follow, attempt, after)
-            try:
-                return await anext(lines)
-            except StopAsyncIteration:
-                return None
-
+        lines = _Lines(self, follow, attempt, after)
         try:
-            while (line := await sync.acall(step)) is not None:
+            while (line := await sync.acall(lines.step)) is not None:
                 yield line
         finally:
-            if lines is not None:
-                with contextlib.suppress(Exception):
-                    await sync.acall(lambda _: lines.aclose())  # type: ignore[union-attr]
-
-    def _logs(
-        self, client: Client, follow: bool, attempt: int | None, after: int | None
-    ) -> AsyncIterator[LogLine]:
-        return stream_logs(
-            client, self.id, namespace=self.namespace, follow=follow, attempt=attempt, after=after
-        )
+            with contextlib.suppress(Exception):
+                await sync.acall(lines.close)
 
     async def _wait(self, client: Client, timeout: float | None) -> Result:
         return await wait_result(client, self.id, timeout, namespace=self.namespace)
@@ -447,3 +418,32 @@ __all__ = [
     "value_of",
     "wait_result",
 ]
+
+
+class _Lines:
+    """A log being read on the SDK's loop, a line per :meth:`step` (the sync and async
+    iterators of :meth:`Invocation.logs` drive it from their side)."""
+
+    def __init__(
+        self, inv: Invocation, follow: bool, attempt: int | None, after: int | None
+    ) -> None:
+        self._inv, self._args = inv, (follow, attempt, after)
+        self._lines: AsyncIterator[LogLine] | None = None
+
+    async def step(self, client: Client) -> LogLine | None:
+        """The next line; ``None`` at the end."""
+        if self._lines is None:
+            follow, attempt, after = self._args
+            inv = self._inv
+            self._lines = stream_logs(
+                client, inv.id, namespace=inv.namespace, follow=follow, attempt=attempt,
+                after=after,
+            )  # fmt: skip
+        try:
+            return await anext(self._lines)
+        except StopAsyncIteration:
+            return None
+
+    async def close(self, client: Client) -> None:
+        if self._lines is not None:
+            await self._lines.aclose()  # type: ignore[attr-defined]

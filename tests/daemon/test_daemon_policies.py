@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from lakeshore.cli.daemon_run import run
 from lakeshore.daemon.policies import backoff_s, persist, should_retry
-from lakeshore.daemon.runner import Capture, resolve
+from lakeshore.daemon.runner import Capture
+from lakeshore.daemon.worker_main import resolve
 from lakeshore.errors import TooLarge, Unavailable
 
 
