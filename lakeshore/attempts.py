@@ -20,9 +20,10 @@ redelivery (``HeldAnswer``); the daemon decides (``lakeshore/daemon/policies``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import NamedTuple
 
-from lakeshore.model import Attempt
+from lakeshore.model import Attempt, Stopping
 
 #: Outcomes of attempts that count toward ``max_attempts``.
 COUNTED = frozenset({"retrying", "failed", "succeeded"})
@@ -69,3 +70,16 @@ def tally(attempts: Iterable[Attempt], *, before: int | None = None) -> Tally:
         in_row = in_row + 1 if outcome == LOST else 0
         preempted = preempted or outcome in (LOST, PREEMPTED)
     return Tally(counted=counted, lost_in_row=in_row, preempted=preempted)
+
+
+def stopping_text(stopping: Stopping, at: datetime) -> str:
+    """A running attempt's stop as a job shows it at ``at``: "cancel requested; SIGTERM
+    sent 4 s ago, SIGKILL in 6 s"."""
+    ago = max((at - stopping.since).total_seconds(), 0.0)
+    left = stopping.grace_s - ago
+    kill = (
+        f"SIGKILL in {left:.0f} s"
+        if left > 0
+        else f"SIGKILL due after its {stopping.grace_s:g} s grace"
+    )
+    return f"{stopping.why}; SIGTERM sent {ago:.0f} s ago, {kill}"

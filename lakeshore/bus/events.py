@@ -378,6 +378,7 @@ DAEMON_EVENTS = frozenset(
         EventType.FAILED,
         EventType.RETRYING,
         EventType.CANCELLED,
+        EventType.STOPPING,
     }
 )
 

@@ -106,6 +106,8 @@ def job_block(job: Job) -> str:
         pairs["error"] = _error(error)
     if not pairs.get("retried_by", True):
         del pairs["retried_by"]
+    if pairs.get("stopping", "") is None:
+        del pairs["stopping"]  # only while a stop runs
     text = output.block(pairs.items())
     if attempts is None:
         return text

@@ -189,6 +189,7 @@ class Job:
         inv, c = self.claim.invocation, self.claim
         live = self._ctx.logs.open(inv, c.epoch) if self._ctx.logs is not None else None
         capture = self._capture = Capture(sink=live.write if live is not None else None)
+        capture.on_term = self._terminating
         self._emit(EventType.STARTED, {"seq": c.seq})
         log.info("%s: started", self._label)
         env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.epoch)} | _preempted(c)
@@ -286,6 +287,17 @@ class Job:
         except LakeshoreError as e:
             log.warning("%s: the cancelled run's output is not stored: %s", self._label, e)
         return detail
+
+    def _terminating(self, grace_s: float) -> None:
+        """Its stop has sent SIGTERM: say so (the job shows ``stopping`` while the grace
+        runs)."""
+        timeout_s = self.claim.invocation.timeout_s
+        why = {
+            Stop.CANCEL: "cancel requested",
+            Stop.INTERRUPT: "its daemon is stopping",
+            None: f"timed out after {timeout_s:g} s" if timeout_s else "stopped",
+        }[self._stop]
+        self._emit(EventType.STOPPING, {"seq": self.claim.seq, "why": why, "grace_s": grace_s})
 
     def _how_stopped(self) -> str:
         stopped = self._capture.stopped if self._capture is not None else None

@@ -352,7 +352,7 @@ class Pool:
             worker.healthy = False
             began = loop.time()
             try:
-                capture.stopped = await stop(procs.signal, worker.exited, grace_s)
+                capture.stopped = await stop(procs.signal, worker.exited, grace_s, capture.on_term)
             except asyncio.CancelledError:
                 capture.stopped = Stopped(grace_s=grace_s, after_s=loop.time() - began, killed=True)
                 raise

@@ -101,6 +101,8 @@ class Capture:
         self.exit_code: int | None = None
         #: how the command was stopped; ``None`` if it was not (or is a function)
         self.stopped: Stopped | None = None
+        #: called with the grace once a stop has sent SIGTERM
+        self.on_term: Callable[[float], None] | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Add to the stdout tail."""
@@ -265,7 +267,7 @@ async def _command(
         except asyncio.CancelledError:
             began = loop.time()
             try:
-                capture.stopped = await stop(procs.signal, watch.exited, grace_s)
+                capture.stopped = await stop(procs.signal, watch.exited, grace_s, capture.on_term)
             except asyncio.CancelledError:  # the stop itself was cut short: SIGKILL now
                 capture.stopped = Stopped(grace_s=grace_s, after_s=loop.time() - began, killed=True)
                 raise

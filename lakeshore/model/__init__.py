@@ -47,6 +47,7 @@ from lakeshore.model.invocations import (
     RemoteError,
     Result,
     RetryRequest,
+    Stopping,
     SubmitAnswer,
     SubmitBatch,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "RemoteError",
     "Result",
     "RetryRequest",
+    "Stopping",
     "StealGrant",
     "SubmitAnswer",
     "SubmitBatch",

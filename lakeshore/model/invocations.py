@@ -84,6 +84,9 @@ class EventType(StrEnum):
     RETRYING = "retrying"
     #: cancelled (control plane for pending, daemon for running)
     CANCELLED = "cancelled"
+    #: a stop of the running attempt began: SIGTERM sent, its grace runs (daemon); it
+    #: changes no state (the attempt still runs until its outcome comes)
+    STOPPING = "stopping"
     #: evicted by ``drop_oldest`` (control plane)
     DROPPED = "dropped"
     #: a completion from a superseded attempt, recorded but not counted (Recorder)
@@ -244,6 +247,17 @@ class Result(Struct, frozen=True, kw_only=True):
     stderr: str | None = None
 
 
+class Stopping(Struct, frozen=True, kw_only=True):
+    """A stop of a running attempt under way: SIGTERM sent, the grace running."""
+
+    #: why: ``cancel requested``, ``timed out after 2 s``, ``its daemon is stopping``
+    why: str
+    #: when SIGTERM was sent
+    since: datetime
+    #: seconds from SIGTERM to SIGKILL
+    grace_s: float
+
+
 class Attempt(Struct, frozen=True, kw_only=True):
     """One execution of an invocation: one claim a daemon ran."""
 
@@ -271,6 +285,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     error: RemoteError | None = None
     #: the worker's name, while its row exists
     worker_name: str | None = None
+    #: its stop, once SIGTERM was sent (kept after it ended)
+    stopping: Stopping | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):
@@ -312,6 +328,9 @@ class JobDetail(Job, frozen=True, kw_only=True):
     #: attempts that count toward ``max_attempts``: those that failed (an error, a timeout,
     #: a crash) or succeeded; not the preempted or lost ones
     counted_attempts: int = 0
+    #: running only, while its attempt's stop runs: "cancel requested; SIGTERM sent 4 s
+    #: ago, SIGKILL in 6 s"
+    stopping: str | None = None
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

@@ -26,7 +26,7 @@ from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
 from lakeshore.actors.workers import ListWorkers, Members
-from lakeshore.attempts import tally
+from lakeshore.attempts import stopping_text, tally
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.fencing import open_claim
@@ -513,6 +513,8 @@ class JobService:
         await self._bus.send_control(namespace, job.worker, DaemonControl(cancel=job.id))
 
     async def _shown(self, job: JobDetail) -> JobDetail:
+        if job.state is InvocationState.RUNNING:
+            return _with_stopping(job)
         if job.state is not InvocationState.PENDING:
             return job
         return _with_reason(job, await self.pending_reason(job.namespace, job.queue))
@@ -529,6 +531,14 @@ def _named(job: J, names: dict[str, str]) -> J:
         job = msgspec.structs.replace(job, attempts=attempts)
     name = names.get(job.worker) if job.worker else None
     return job if name is None else msgspec.structs.replace(job, worker_name=name)
+
+
+def _with_stopping(job: JobDetail) -> JobDetail:
+    """A running job whose attempt's stop runs says so (``stopping``)."""
+    last = job.attempts[-1] if job.attempts else None
+    if last is None or last.outcome != "running" or last.stopping is None:
+        return job
+    return msgspec.structs.replace(job, stopping=stopping_text(last.stopping, now()))
 
 
 def _with_reason(job: Job, reason: str | None) -> Job:

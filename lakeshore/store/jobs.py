@@ -237,6 +237,9 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         a["seq"] = a["seq"] or detail.get("seq")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
+        if type_ == EventType.STOPPING and "stopping" not in a:
+            why, grace_s = detail.get("why") or "stopped", detail.get("grace_s") or 0.0
+            a["stopping"] = {"why": why, "since": ts, "grace_s": grace_s}
         if type_ in _COMPLETIONS:
             interrupted = type_ == EventType.RETRYING and detail.get("reason") == INTERRUPTED
             a["outcome"], a["ended_at"] = PREEMPTED if interrupted else type_, ts

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 from daemon_support import WAIT_S, J, alive, command, wait_gone, wait_pid
+from polling import eventually
 
 from lakeshore.model import EventType, WorkerStatus
 
@@ -47,6 +48,39 @@ async def test_a_cancelled_command_that_traps_sigterm_checkpoints_and_ends_cance
     job = (await bench.api.get(f"{J}/{inv_id}"))[1]
     assert job["error"]["message"] == message
     assert [a["outcome"] for a in job["attempts"]] == ["cancelled"]
+
+
+async def test_while_the_grace_runs_the_job_shows_its_stop_and_the_attempt_keeps_it(
+    bench, daemons, tmp_path: Path
+):
+    q = await bench.queue("stop-shown")
+    await daemons.start("solo", queues=[q])
+    pid_file = tmp_path / "pid"
+    script = f"{DEAF}; echo $$ > {pid_file}; exec sleep 1000"
+    [inv_id] = await bench.submit(q, command("sh", "-c", script, stop_grace_s=4))
+    await wait_pid(pid_file)
+    status, job = await bench.api.get(f"{J}/{inv_id}")
+    assert status == 200 and job["state"] == "running" and job["stopping"] is None, job
+    await cancel_when_running(bench, inv_id)
+    job = await eventually(
+        lambda: _job(bench, inv_id), until=lambda j: j["stopping"] is not None,
+        timeout_s=WAIT_S, what="the job showing its stop",
+    )  # fmt: skip
+    assert job["state"] == "running"
+    assert job["stopping"].startswith("cancel requested; SIGTERM sent "), job["stopping"]
+    assert "SIGKILL in " in job["stopping"], job["stopping"]
+    assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
+    job = await _job(bench, inv_id)
+    assert job["stopping"] is None  # over
+    [attempt] = job["attempts"]
+    assert attempt["stopping"]["why"] == "cancel requested"
+    assert attempt["stopping"]["grace_s"] == 4
+
+
+async def _job(bench, inv_id: str) -> dict:
+    status, job = await bench.api.get(f"{J}/{inv_id}")
+    assert status == 200, job
+    return job
 
 
 async def test_a_command_that_ignores_sigterm_is_sigkilled_after_its_grace(
@@ -120,3 +154,8 @@ async def test_a_timed_out_command_that_ignores_sigterm_fails_saying_it_was_sigk
     assert result.error.type == "builtins.TimeoutError"
     assert result.error.message == "timed out after 1 s; SIGTERM, then SIGKILL after the 1 s grace"
     assert result.exit_code == -9
+    [attempt] = (await _job(bench, inv_id))["attempts"]
+    assert (attempt["stopping"]["why"], attempt["stopping"]["grace_s"]) == (
+        "timed out after 1 s",
+        1,
+    )

@@ -47,13 +47,19 @@ class Stopped:
         return f"SIGTERM, then SIGKILL after the {self.grace_s:g} s grace"
 
 
-async def stop(send: Callable[[int], None], exited: asyncio.Event, grace_s: float) -> Stopped:
+async def stop(
+    send: Callable[[int], None],
+    exited: asyncio.Event,
+    grace_s: float,
+    on_term: Callable[[float], None] | None = None,
+) -> Stopped:
     """SIGTERM, wait up to ``grace_s`` for ``exited``, then SIGKILL and wait for it again.
 
     Args:
         send: signals every process of the run.
         exited: set once the run's main process has exited.
         grace_s: seconds between SIGTERM and SIGKILL.
+        on_term: called with ``grace_s`` once SIGTERM is sent (not when there is no grace).
 
     Returns:
         How it ended. A main process that outlives even SIGKILL by :data:`KILL_WAIT_S`
@@ -63,6 +69,8 @@ async def stop(send: Callable[[int], None], exited: asyncio.Event, grace_s: floa
     began = loop.time()
     if grace_s > 0:
         send(signal.SIGTERM)
+        if on_term is not None:
+            on_term(grace_s)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await exited.wait()

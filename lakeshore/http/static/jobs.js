@@ -190,7 +190,9 @@ export async function jobView(el, params, [id]) {
   const pending =
     job.state === "pending"
       ? [["pending reason", h(job.pending_reason || "–")], ["position", job.position ?? "–"]]
-      : [];
+      : job.stopping
+        ? [["stopping", h(job.stopping)]]
+        : [];
   const jobLink = (id) => `<a href="#/job/${enc(id)}">${h(id)}</a>`;
   const links = [
     ...(job.retry_of ? [["retry of", jobLink(job.retry_of)]] : []),
