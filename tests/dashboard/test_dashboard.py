@@ -177,6 +177,21 @@ async def test_the_jobs_view_updates_by_itself_when_a_job_finishes(page: Page, a
     assert await page.evaluate("performance.getEntriesByType('navigation').length") == loads
 
 
+async def test_the_job_view_shows_a_stop_while_its_grace_runs(page: Page, api, tmp_path: Path):
+    assert (await api.post(f"{NS}/queues", {"name": "deaf"}))[0] == 201
+    await launch(api, "stubborn", ["deaf"])
+    started = tmp_path / "started"
+    deaf = f"trap '' TERM; touch {started}; exec sleep 1000"
+    job = await submit(api, "deaf", command=["sh", "-c", deaf], stop_grace_s=8)
+    await show(page, f"#/job/{job}")
+    await expect(page.locator("#job-state")).to_have_text("running")
+    assert (await api.post(f"{NS}/jobs/{job}/cancel", {}))[0] == 202
+    await expect(page.locator("#view")).to_contain_text(
+        re.compile(r"stopping\s*cancel requested; SIGTERM sent \d+ s ago, SIGKILL in \d+ s")
+    )
+    assert started.exists()
+
+
 async def test_the_retry_button_opens_a_new_job_linked_to_the_old_one(page: Page, api):
     assert (await api.post(f"{NS}/queues", {"name": "redo"}))[0] == 201  # no daemon: it waits
     job = await submit(api, "redo", command=["true"])
