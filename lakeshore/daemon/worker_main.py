@@ -112,6 +112,8 @@ RECV_BYTES = 1 << 16
 class _Worker:
     def __init__(self, sock: socket.socket, out: int, err: int) -> None:
         self._sock = sock
+        #: what was read of the socket and not yet taken as a frame
+        self._inbox = bytearray()
         self._out, self._err = out, err
         self._own_out, self._own_err = os.dup(1), os.dup(2)
         self._running = False
@@ -181,28 +183,24 @@ class _Worker:
         )
 
     def _receive(self) -> Call | None:
-        try:
-            msg = self._sock.recv(RECV_BYTES)
-        except (ConnectionError, OSError):
-            return None
-        if not msg:
-            return None  # the daemon closed its end: exit
-        buf = bytearray(msg)
-        buf += self._recv_exact(HEADER.size - len(buf))
-        (size,) = HEADER.unpack_from(buf)
-        buf += self._recv_exact(HEADER.size + size - len(buf))
-        frame = decode(bytes(buf[HEADER.size :]))
-        assert isinstance(frame, Call)
-        return frame
-
-    def _recv_exact(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
-            if not chunk:
-                raise SystemExit(0)
-            buf += chunk
-        return bytes(buf)
+        """The next call; ``None`` once the daemon has closed its end. Frames are read in
+        as big pieces as come (a piece may end inside a frame, or hold the next one)."""
+        while True:
+            if len(self._inbox) >= HEADER.size:
+                (size,) = HEADER.unpack_from(self._inbox)
+                end = HEADER.size + size
+                if len(self._inbox) >= end:
+                    frame = decode(bytes(self._inbox[HEADER.size : end]))
+                    del self._inbox[:end]
+                    assert isinstance(frame, Call)
+                    return frame
+            try:
+                piece = self._sock.recv(RECV_BYTES)
+            except (ConnectionError, OSError):
+                return None
+            if not piece:
+                return None  # the daemon closed its end: exit
+            self._inbox += piece
 
     def _send(self, frame: Frame) -> None:
         self._sock.sendall(encode(frame))
