@@ -68,6 +68,8 @@ class Claim:
     stolen: bool = False
     #: how the earlier attempts ended (the control plane's tally, for a redelivery)
     earlier: Earlier = FIRST
+    #: when the delivery reached the daemon (before a redelivery's check): the claim's time
+    delivered_at: datetime | None = None
 
 
 class Claimer:
@@ -205,6 +207,7 @@ class Claimer:
         self, msg: Msg, queue: str, level: int, layout: QueueLayout, stolen: bool
     ) -> Claim | None:
         meta = msg.metadata
+        delivered_at = now()
         try:
             inv = codec.decode(msg.data, Invocation)
         except msgspec.DecodeError as e:
@@ -246,6 +249,7 @@ class Claimer:
             ack_wait_s=layout.ack_wait_s,
             stolen=stolen,
             earlier=earlier,
+            delivered_at=delivered_at,
         )
 
     async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:

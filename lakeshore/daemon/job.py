@@ -41,6 +41,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -174,7 +175,7 @@ class Job:
     async def _claim_recorded(self, detail: dict[str, Any]) -> None:
         try:
             async with asyncio.timeout(CLAIM_STORED_S):
-                await self._record(EventType.CLAIMED, detail)
+                await self._record(EventType.CLAIMED, detail, at=self.claim.delivered_at)
         except TimeoutError:
             log.warning(
                 "%s: its claimed event was not stored within %gs; running it anyway",
@@ -346,14 +347,16 @@ class Job:
     def _emit(self, type_: EventType, detail: dict[str, Any]) -> None:
         self._ctx.events.emit(self._event(type_, detail))
 
-    async def _record(self, type_: EventType, detail: dict[str, Any]) -> None:
+    async def _record(
+        self, type_: EventType, detail: dict[str, Any], at: datetime | None = None
+    ) -> None:
         """Emit an outcome's event and wait until JetStream has stored it.
 
         Raises:
             Unavailable: the drain ran out of time first; the event stays buffered (it goes
                 with the daemon's last flush if NATS takes it), the claim is not settled.
         """
-        event = self._event(type_, detail)
+        event = self._event(type_, detail, at)
         if self._out_of_time:
             self._ctx.events.emit(event)
             raise Unavailable(f"the drain ran out of time before the {type_} event was stored")
@@ -371,13 +374,15 @@ class Job:
         finally:
             self._recording = None
 
-    def _event(self, type_: EventType, detail: dict[str, Any]) -> InvocationEvent:
+    def _event(
+        self, type_: EventType, detail: dict[str, Any], at: datetime | None = None
+    ) -> InvocationEvent:
         c = self.claim
         return InvocationEvent(
             namespace=c.invocation.namespace,
             queue=c.queue,
             invocation_id=self.id,
-            ts=now(),
+            ts=at or now(),
             type=type_,
             attempt=c.epoch,
             worker=self._ctx.worker_id,

@@ -270,6 +270,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     #: the JetStream delivery count of the claim (two executions share one after an
     #: unconfirmed ack, or a delivery count restarted by a server crash)
     epoch: int | None
+    #: when its daemon took the delivery (a redelivery's moment), before the run began
+    claimed_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
     #: succeeded | failed | retrying | cancelled | stale | running | preempted | lost:

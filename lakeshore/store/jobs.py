@@ -235,6 +235,8 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a = runs[key] = {"epoch": epoch, "worker": worker, "seq": None, "outcome": None,
                              "duplicate": again}  # fmt: skip
         a["seq"] = a["seq"] or detail.get("seq")
+        if type_ == EventType.CLAIMED and "claimed_at" not in a:
+            a["claimed_at"] = ts
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
         if type_ == EventType.STOPPING and "stopping" not in a:

@@ -33,6 +33,11 @@ async def test_the_leaders_url_is_named_at_once_while_the_lease_cannot_be_read(
         monkeypatch.setattr(identity, "LEADER_URL_CACHE_S", 0.0)
         os.kill(server.pid, signal.SIGSTOP)
         try:
+            # The signal lands when the kernel next schedules it: until then it answers.
+            await eventually(
+                lambda: _state(server.pid), until=lambda st: st == "T", timeout_s=10,
+                what="the NATS server stopped",
+            )  # fmt: skip
             assert await known.get() == "http://a.test:8000"
             reading = known._reading
             assert reading is not None and not reading.done()  # answered before the read
@@ -44,3 +49,9 @@ async def test_the_leaders_url_is_named_at_once_while_the_lease_cannot_be_read(
         await known.close()
         await nc.close()
     assert known._reading is None
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in ``/proc`` (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
