@@ -34,6 +34,7 @@ from nats.js.kv import KeyValue
 
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.port import Delivery
+from lakeshore.bus.streams import ensure_stream
 from lakeshore.errors import Unavailable
 from lakeshore.model import EventBatch, EventType, InvocationEvent, Result
 
@@ -84,11 +85,7 @@ async def ensure_events_stream(
         num_replicas=replicas,
         **TENANT_WRITTEN,
     )
-    try:
-        await js.stream_info(cfg.name)
-        info = await js.update_stream(cfg)
-    except jse.NotFoundError:
-        info = await js.add_stream(cfg)
+    info = await ensure_stream(js, cfg)
     config = ConsumerConfig(
         durable_name=consumer,
         deliver_policy=DeliverPolicy.ALL,

@@ -39,6 +39,7 @@ from nats.js.api import (
 
 from lakeshore.bus import subjects
 from lakeshore.bus.events import TENANT_WRITTEN
+from lakeshore.bus.streams import ensure_stream
 from lakeshore.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,7 @@ async def ensure_logs_stream(
         num_replicas=replicas,
         **TENANT_WRITTEN,
     )
-    try:
-        await js.stream_info(cfg.name)
-        return await js.update_stream(cfg)
-    except jse.NotFoundError:
-        return await js.add_stream(cfg)
+    return await ensure_stream(js, cfg)
 
 
 def chunk_headers(msg_id: str, seq: int, stream: str, at: float) -> dict[str, str]:

@@ -44,6 +44,7 @@ from nats.js.api import (
 from lakeshore.bus import subjects
 from lakeshore.bus.fenced import FencedLog
 from lakeshore.bus.nats import NatsErrors
+from lakeshore.bus.streams import ensure_stream
 from lakeshore.errors import NotLeader, Unavailable
 from lakeshore.model.images import Image, encode
 
@@ -79,11 +80,7 @@ async def ensure_state_stream(js: JetStreamContext, *, replicas: int = 1) -> Str
         allow_direct=True,
         num_replicas=replicas,
     )
-    try:
-        await js.stream_info(cfg.name)
-        return await js.update_stream(cfg)
-    except jse.NotFoundError:
-        return await js.add_stream(cfg)
+    return await ensure_stream(js, cfg)
 
 
 def subject_of(image: Image) -> str:
