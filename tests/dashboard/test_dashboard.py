@@ -182,7 +182,7 @@ async def test_the_job_view_shows_a_stop_while_its_grace_runs(page: Page, api, t
     await launch(api, "stubborn", ["deaf"])
     started = tmp_path / "started"
     deaf = f"trap '' TERM; touch {started}; exec sleep 1000"
-    job = await submit(api, "deaf", command=["sh", "-c", deaf], stop_grace_s=8)
+    job = await submit(api, "deaf", command=["sh", "-c", deaf], stop_grace_s=6)
     await show(page, f"#/job/{job}")
     await expect(page.locator("#job-state")).to_have_text("running")
     assert (await api.post(f"{NS}/jobs/{job}/cancel", {}))[0] == 202
@@ -190,6 +190,8 @@ async def test_the_job_view_shows_a_stop_while_its_grace_runs(page: Page, api, t
         re.compile(r"stopping\s*cancel requested; SIGTERM sent \d+ s ago, SIGKILL in \d+ s")
     )
     assert started.exists()
+    # It ends within its grace: nothing of it outlives the test's daemon.
+    await expect(page.locator("#job-state")).to_have_text("cancelled", timeout=20_000)
 
 
 async def test_the_retry_button_opens_a_new_job_linked_to_the_old_one(page: Page, api):
