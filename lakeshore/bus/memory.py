@@ -131,6 +131,9 @@ class InMemoryBus:
         running = sum(m.delivered for m in counted)
         return QueueCounts(len(counted) - running, running, len(stream.messages))
 
+    async def queue_backlog(self, namespace: str, queue: str, *, levels: int) -> int:
+        return (await self.queue_counts(namespace, queue, levels=levels)).pending
+
     async def publish_work(
         self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
     ) -> list[Published | None]:

@@ -188,6 +188,27 @@ class NatsBus:
                 return QueueCounts(0, 0, 0)
         return QueueCounts(pending=pending, running=running, depth=si.state.messages)
 
+    async def queue_backlog(self, namespace: str, queue: str, *, levels: int) -> int:
+        stream = subjects.queue_stream(namespace, queue)
+        async with self._errors(f"read the backlog of {namespace}/{queue}"):
+            try:
+                si = await self._js_short.stream_info(stream)
+            except jse.NotFoundError:
+                return 0
+        try:
+            infos = await asyncio.gather(
+                *(
+                    self._js_short.consumer_info(stream, subjects.level_consumer(level))
+                    for level in range(levels)
+                )
+            )
+        except (nats.errors.Error, jse.Error, TimeoutError, OSError) as e:
+            # A consumer is its own raft group: after a NATS node comes back it may still be
+            # electing its leader while the stream answers.
+            log.debug("backlog of %s/%s: a consumer did not answer (%s)", namespace, queue, e)
+            return si.state.messages
+        return sum(ci.num_pending or 0 for ci in infos)
+
     async def publish_work(
         self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
     ) -> list[Published | None]:

@@ -72,6 +72,11 @@ class Bus(Protocol):
     async def queue_counts(self, namespace: str, queue: str, *, levels: int) -> QueueCounts:
         """Pending, running and stored counts (an unknown queue: all 0)."""
 
+    async def queue_backlog(self, namespace: str, queue: str, *, levels: int) -> int:
+        """The invocations stored and not yet delivered (an unknown queue: 0); while a
+        consumer cannot answer (it elects its leader) the stream's depth, which counts the
+        delivered ones too: an estimate that errs high, answered by the stream alone."""
+
     async def publish_work(
         self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
     ) -> list[Published | None]:

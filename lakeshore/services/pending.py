@@ -3,7 +3,9 @@
 The ``pending_per_org`` quota is checked on every submit, but JetStream knows a queue's
 pending count only per queue (a few requests each), and an org may have thousands of
 queues. So :class:`PendingTally` reads an org's queues once, then adds what it admits.
-Between reads the estimate can only err high (the claims of daemons are not seen), so a
+Between reads the estimate can only err high (the claims of daemons are not seen; and a
+queue whose consumer cannot answer, still electing its leader after a NATS node came back,
+is read as its stream's depth, delivered invocations included), so a
 submit that it would put over the quota first has the org read again — at most once per
 ``refresh_s`` — and is refused only on a count at most that old. It can err low by the
 submits in flight while a read runs, and by what a failed submit admitted anyway.
@@ -44,7 +46,7 @@ async def org_pending(store: OrgRows, bus: Bus, org: str) -> int:
     """The invocations pending (stored, not yet delivered) in every queue of ``org``.
 
     Raises:
-        Unavailable: NATS did not answer.
+        Unavailable: a queue's stream did not answer.
     """
     names = [ns.name for ns in await store.list_namespaces(org)]
     rows = await store.list_queues(names) if names else []
@@ -52,8 +54,7 @@ async def org_pending(store: OrgRows, bus: Bus, org: str) -> int:
 
     async def one(q: Queue) -> int:
         async with gate:
-            counts = await bus.queue_counts(q.namespace, q.name, levels=levels_of(q.kind))
-        return counts.pending
+            return await bus.queue_backlog(q.namespace, q.name, levels=levels_of(q.kind))
 
     return sum(await asyncio.gather(*(one(q) for q in rows)))
 
