@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import nats
 import nats.errors
@@ -35,6 +36,7 @@ from lakeshore.errors import InsufficientStorage, Unavailable
 from lakeshore.model import DaemonControl, EventBatch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: A retried submit inside this window is deduplicated by its Nats-Msg-Id (seconds).
 DUPLICATE_WINDOW_S = 600.0
@@ -72,6 +74,8 @@ class NatsBus:
         self._replicas = replicas
         self._ack_wait_s = ack_wait_s
         self._answering: set[asyncio.Task[None]] = set()
+        #: consumers ensured in the background, per stream (see :meth:`ensure_queue`)
+        self._ensuring: dict[str, asyncio.Task[None]] = {}
 
     @classmethod
     async def connect(
@@ -102,9 +106,10 @@ class NatsBus:
         return self._nc.is_connected
 
     async def close(self) -> None:
-        for task in list(self._answering):
+        tasks = [*self._answering, *self._ensuring.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._answering, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._nc.close()
 
     async def ensure_queue(
@@ -113,7 +118,11 @@ class NatsBus:
         """Create or update the queue's stream and its per-level durable consumers.
 
         Idempotent: the control plane calls it on every start and on every change of
-        admission settings.
+        admission settings. Each consumer is a raft group of its own, which may still be
+        electing its leader when the stream answers (a NATS node just came back): for a
+        stream that exists already (a new leader's start) the consumers are asked once,
+        then ensured in the background until they answer, so that a takeover and the
+        submits behind it wait for the stream alone.
         """
         cfg = StreamConfig(
             name=subjects.queue_stream(namespace, queue),
@@ -125,34 +134,66 @@ class NatsBus:
             duplicate_window=DUPLICATE_WINDOW_S,
             num_replicas=self._replicas,
         )
-        async with self._errors(f"ensure the stream of {namespace}/{queue}"):
-            deadline = asyncio.get_running_loop().time() + ENSURE_S
-            while True:
-                try:
-                    return await self._ensure_stream(cfg, namespace, queue, levels)
-                except _NOT_YET:
-                    if asyncio.get_running_loop().time() + _RETRY_S >= deadline:
-                        raise
-                await asyncio.sleep(_RETRY_S)
+        assert cfg.name is not None
+        name = cfg.name
 
-    async def _ensure_stream(
-        self, cfg: StreamConfig, namespace: str, queue: str, levels: int
-    ) -> None:
+        async def consumers() -> None:
+            await self._ensure_consumers(name, namespace, queue, levels)
+
+        async with self._errors(f"ensure the stream of {namespace}/{queue}"):
+            existed = await _until_answered(lambda: self._ensure_stream(cfg))
+            if not existed:
+                await _until_answered(consumers)
+                return
+            try:
+                await consumers()
+            except _NOT_YET as e:
+                self._ensure_later(name, consumers, e)
+
+    async def _ensure_stream(self, cfg: StreamConfig) -> bool:
+        """Create the stream, or update it if its config differs; whether it existed."""
         js = self._js_short
         assert cfg.name is not None
         try:
             info = await js.stream_info(cfg.name)
         except jse.NotFoundError:
             await js.add_stream(cfg)
-        else:
-            # Every start ensures every queue: an update only when something changed.
-            if not same_stream(info.config, cfg):
-                await js.update_stream(cfg)
+            return False
+        # Every start ensures every queue: an update only when something changed.
+        if not same_stream(info.config, cfg):
+            await js.update_stream(cfg)
+        return True
+
+    def _ensure_later(
+        self, stream: str, consumers: Callable[[], Awaitable[None]], why: BaseException
+    ) -> None:
+        if stream in self._ensuring:
+            return
+        log.info("consumers of %s did not answer (%r): ensured in the background", stream, why)
+        task = asyncio.ensure_future(self._keep_ensuring(stream, consumers))
+        self._ensuring[stream] = task
+        task.add_done_callback(lambda _: self._ensuring.pop(stream, None))
+
+    async def _keep_ensuring(self, stream: str, consumers: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(_RETRY_S)
+            try:
+                await consumers()
+            except _NOT_YET:
+                continue
+            except (nats.errors.Error, jse.Error, OSError) as e:  # the stream deleted meanwhile
+                log.warning("consumers of %s not ensured: %s", stream, e)
+                return
+            log.info("consumers of %s ensured", stream)
+            return
+
+    async def _ensure_consumers(self, stream: str, namespace: str, queue: str, levels: int) -> None:
+        js = self._js_short
         # Creating a durable consumer with its current config changes nothing.
         await asyncio.gather(
             *(
                 js.add_consumer(
-                    cfg.name,
+                    stream,
                     ConsumerConfig(
                         durable_name=subjects.level_consumer(level),
                         filter_subject=subjects.level_subject(namespace, queue, level),
@@ -387,6 +428,18 @@ class NatsBus:
 
     def _errors(self, what: str) -> NatsErrors:
         return NatsErrors(what)
+
+
+async def _until_answered(step: Callable[[], Awaitable[T]]) -> T:
+    """``step()``, asked again while JetStream elects a leader, for ``ENSURE_S`` at most."""
+    deadline = asyncio.get_running_loop().time() + ENSURE_S
+    while True:
+        try:
+            return await step()
+        except _NOT_YET:
+            if asyncio.get_running_loop().time() + _RETRY_S >= deadline:
+                raise
+        await asyncio.sleep(_RETRY_S)
 
 
 def same_stream(have: StreamConfig, want: StreamConfig) -> bool:

@@ -271,12 +271,22 @@ class Pool:
 
     Args:
         base_env: the daemon's environment, under each worker's.
+        marks: variables every worker carries over the invocation's ``env`` (the
+            daemon's :class:`~lakeshore.daemon.reaper.Watchdog` mark).
         size: most worker processes kept (the daemon's ``concurrency``).
         max_runs: runs after which a worker is replaced; ``None``: no limit.
     """
 
-    def __init__(self, base_env: Mapping[str, str], *, size: int, max_runs: int | None) -> None:
+    def __init__(
+        self,
+        base_env: Mapping[str, str],
+        *,
+        size: int,
+        max_runs: int | None,
+        marks: Mapping[str, str] | None = None,
+    ) -> None:
         self._base_env = dict(base_env)
+        self._marks = dict(marks or {})
         self._size, self._max_runs = size, max_runs
         self._idle: list[WorkerProcess] = []
         #: busy workers and when their run began (loop time)
@@ -498,6 +508,7 @@ class Pool:
         env = {
             **self._base_env,
             **dict(key),
+            **self._marks,
             worker_main.FD_VAR: str(theirs.fileno()),
             worker_main.OUT_VAR: str(out_w),
             worker_main.ERR_VAR: str(err_w),

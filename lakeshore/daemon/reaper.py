@@ -35,10 +35,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
+import subprocess
+import sys
 
 #: The variable that marks a run's processes.
 RUN_MARK = "LAKESHORE_RUN"
+#: The variable that marks every run of one daemon (:class:`Watchdog`).
+DAEMON_MARK = "LAKESHORE_DAEMON"
 #: Scans of a SIGKILL: a process killed while it forked may leave a child that the scan
 #: before missed; scanning until one finds nothing new catches it, within this bound.
 _KILL_ROUNDS = 8
@@ -47,7 +52,10 @@ _PROC = "/proc"
 
 def marked(mark: str) -> list[int]:
     """The pids whose environment has ``LAKESHORE_RUN=<mark>`` (never this process)."""
-    needle = _needle(mark)
+    return _carrying(_needle(mark))
+
+
+def _carrying(needle: bytes) -> list[int]:
     me = os.getpid()
     try:
         names = os.listdir(_PROC)
@@ -66,9 +74,12 @@ def signal_marked(mark: str, signum: int) -> list[int]:
     Each is signalled through a pidfd opened before its mark is read again, so a pid that
     exited and was reused by another process between the scan and the signal is spared.
     """
-    needle = _needle(mark)
+    return _signal_carrying(_needle(mark), signum)
+
+
+def _signal_carrying(needle: bytes, signum: int) -> list[int]:
     sent = []
-    for pid in marked(mark):
+    for pid in _carrying(needle):
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -88,8 +99,8 @@ def signal_marked(mark: str, signum: int) -> list[int]:
     return sent
 
 
-def _needle(mark: str) -> bytes:
-    return f"{RUN_MARK}={mark}\0".encode()
+def _needle(mark: str, var: str = RUN_MARK) -> bytes:
+    return f"{var}={mark}\0".encode()
 
 
 def _carries(pid: int, needle: bytes) -> bool:
@@ -124,15 +135,73 @@ class RunProcesses:
         yet (bounded); how many marked processes were killed."""
         if group:
             _kill_group(self.pgid, signal.SIGKILL)
-        killed: set[int] = set()
-        for _ in range(_KILL_ROUNDS):
-            # A killed process stays readable until the kernel has torn it down (killing
-            # it again is harmless): a scan that finds only those is the last.
-            found = set(signal_marked(self.mark, signal.SIGKILL))
-            if not found - killed:
-                break
-            killed |= found
-        return len(killed)
+        return _kill_carrying(_needle(self.mark))
+
+
+def _kill_carrying(needle: bytes) -> int:
+    """SIGKILL every process carrying ``needle``, scanning again until a scan finds none
+    it has not killed yet (bounded); how many were killed."""
+    killed: set[int] = set()
+    for _ in range(_KILL_ROUNDS):
+        # A killed process stays readable until the kernel has torn it down (killing it
+        # again is harmless): a scan that finds only those is the last.
+        found = set(_signal_carrying(needle, signal.SIGKILL))
+        if not found - killed:
+            break
+        killed |= found
+    return len(killed)
+
+
+class Watchdog:
+    """A small process that outlives its daemon to end what the daemon's runs left.
+
+    A daemon ends its runs' processes when it stops, and a worker process dies with it
+    (``PR_SET_PDEATHSIG``); but a SIGKILLed daemon ends nothing, and a command, or what a
+    run started in a session of its own, would go on beside the redelivery of its
+    invocation. So every run of a daemon carries ``LAKESHORE_DAEMON=<mark>`` (:attr:`mark`,
+    unique to the daemon), and the watchdog holds the read end of a pipe whose only writer
+    is the daemon: when it reads the pipe's end (the daemon exited, however — the kernel
+    closes a killed process's descriptors) it SIGKILLs every process carrying the mark and
+    exits. It runs this file as a script (the standard library only, no site packages: a
+    few milliseconds to start), in a session of its own, so a signal to the daemon's
+    group (a terminal's Ctrl-C) leaves it be.
+
+    Linux only (marks are read from ``/proc``); elsewhere :meth:`start` starts nothing.
+    """
+
+    def __init__(self) -> None:
+        self.mark = secrets.token_hex(8)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if self._proc is not None or not sys.platform.startswith("linux"):
+            return
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", __file__, self.mark],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def close(self) -> None:
+        """The daemon stops: the watchdog ends what is left of its runs and exits (waited
+        for, a few seconds at most)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def _watch(mark: str) -> None:
+    """The watchdog's process: wait for the pipe's end, then kill what carries ``mark``."""
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):
+            pass
+    _kill_carrying(_needle(mark, DAEMON_MARK))
 
 
 def _kill_group(pgid: int, signum: int) -> None:
@@ -143,3 +212,7 @@ def _kill_group(pgid: int, signum: int) -> None:
 def _kill(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
+
+
+if __name__ == "__main__":
+    _watch(sys.argv[1])

@@ -38,7 +38,7 @@ import msgspec
 
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
 from lakeshore.daemon.pool import Pool, crashed_error
-from lakeshore.daemon.reaper import RUN_MARK, RunProcesses, signal_marked
+from lakeshore.daemon.reaper import DAEMON_MARK, RUN_MARK, RunProcesses, Watchdog, signal_marked
 from lakeshore.daemon.worker_main import resolve
 from lakeshore.model import Invocation, Isolation, RemoteError
 
@@ -152,13 +152,19 @@ class Runner:
         processes: int = 1,
         max_runs_per_process: int | None = None,
     ) -> None:
+        self._watchdog = Watchdog()
+        self._watchdog.start()
+        self._marks = {DAEMON_MARK: self._watchdog.mark}
         self._base_env = dict(base_env)
         self._threads = _Threads()
-        self.pool = Pool(base_env, size=processes, max_runs=max_runs_per_process)
+        self.pool = Pool(base_env, size=processes, max_runs=max_runs_per_process, marks=self._marks)
 
     async def close(self) -> None:
-        """End the idle worker processes (the daemon is stopping)."""
-        await self.pool.close()
+        """End the idle worker processes and the watchdog (the daemon is stopping)."""
+        try:
+            await self.pool.close()
+        finally:
+            await asyncio.to_thread(self._watchdog.close)
 
     async def run(
         self, inv: Invocation, capture: Capture, *, env: Mapping[str, str], mark: str
@@ -176,7 +182,7 @@ class Runner:
             The outcome; failures are outcomes, not exceptions.
         """
         if inv.command:
-            env = {**self._base_env, **inv.env, **env, RUN_MARK: mark}
+            env = {**self._base_env, **inv.env, **env, **self._marks, RUN_MARK: mark}
             return await _command(inv.command, env, capture, inv.stop_grace_s)
         if inv.fn and inv.isolation is Isolation.INLINE:
             return await _in_thread(self._threads, lambda: _call(inv.fn, inv.args, inv.kwargs))

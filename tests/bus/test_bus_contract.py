@@ -12,7 +12,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import nats.errors
 import pytest
+from nats.js import errors as jse
 from polling import eventually
 
 from lakeshore.bus import codec, subjects
@@ -82,6 +84,37 @@ async def test_ensuring_an_unchanged_stream_leaves_it_alone(bus, ns, monkeypatch
     await bus.ensure_queue(ns, Q, levels=2, max_depth=6)
     assert updated == [6]
     assert (await js.stream_info(subjects.queue_stream(ns, Q))).config.max_msgs == 6
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)  # a consumer's own raft group
+async def test_consumers_that_do_not_answer_are_ensured_later_for_a_stream_that_exists(
+    bus, ns, monkeypatch
+) -> None:
+    # After a NATS node comes back a consumer may still elect its leader while its stream
+    # answers: a new leader's start ensures the stream and does not wait for the consumers.
+    await bus.ensure_queue(ns, Q, levels=1, max_depth=None)
+    js = bus._js_short  # type: ignore[attr-defined]
+    stream, durable = subjects.queue_stream(ns, Q), subjects.level_consumer(0)
+    await js.delete_consumer(stream, durable)
+    add, answering, asked = js.add_consumer, asyncio.Event(), []
+
+    async def electing(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[0])
+        if not answering.is_set():
+            raise nats.errors.TimeoutError
+        return await add(*args, **kwargs)
+
+    monkeypatch.setattr(js, "add_consumer", electing)
+    await bus.ensure_queue(ns, Q, levels=1, max_depth=None)
+    assert asked == [stream]  # asked once; the ensure returned with the consumer missing
+    with pytest.raises(jse.NotFoundError):
+        await js.consumer_info(stream, durable)
+    answering.set()
+    info = await eventually(
+        lambda: js.consumer_info(stream, durable), retry_on=(jse.NotFoundError,),
+        timeout_s=WAIT_S, what="the consumer ensured in the background",
+    )  # fmt: skip
+    assert info.config.durable_name == durable
 
 
 async def test_sequences_start_at_one_and_increase_over_every_level(bus, ns) -> None:

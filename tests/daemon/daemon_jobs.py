@@ -109,6 +109,15 @@ def leaves_a_printer(pid_path: str) -> str:
     return "left"
 
 
+def hangs_with_a_child(pid_path: str) -> str:
+    """Starts ``sleep`` in a session of its own, writes ``<its pid> <own pid>`` to
+    ``pid_path``, and sleeps for an hour."""
+    child = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+    pathlib.Path(pid_path).write_text(f"{child.pid} {os.getpid()}\n")
+    time.sleep(3600)
+    return "woke"
+
+
 _PRINTER = (
     "import os, sys, time, pathlib; pathlib.Path(sys.argv[1]).write_text(f'{os.getpid()}\\n')\n"
     "while True: print('still here', flush=True); time.sleep(0.01)"

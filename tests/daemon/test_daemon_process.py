@@ -6,8 +6,9 @@ import asyncio
 import signal
 from pathlib import Path
 
-from daemon_support import NS, WAIT_S, J, W, command, fn, wait_exists
+from daemon_support import NS, WAIT_S, J, W, alive, command, fn, wait_exists, wait_gone, wait_pid
 from nats.js.api import AckPolicy, ConsumerConfig
+from polling import eventually
 
 from lakeshore.bus import subjects
 from lakeshore.cli import exits
@@ -66,6 +67,30 @@ async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
     assert job["worker"] == heir.id and job["attempt"] == done.epoch and job["stale"] == 0
     async with asyncio.timeout(WAIT_S):
         await heir.running.dispatcher.wait_idle()
+
+
+async def test_a_sigkilled_daemon_leaves_nothing_of_its_runs_behind(bench, processes, tmp_path):
+    # A SIGKILLed daemon ends nothing itself, and only its worker processes die with it: a
+    # command, and what a run started in a session of its own, would run on beside the
+    # redelivery. Its watchdog kills every process its runs started.
+    q = await bench.queue("proc-leftovers")
+    victim = await processes.start("victim", "--queue", q, "--concurrency", "2")
+    shell, away, hanging = tmp_path / "shell", tmp_path / "away", tmp_path / "hanging"
+    script = f"setsid sleep 3600 & echo $! > {away}; echo $$ > {shell}; wait"
+    await bench.submit(q, command("sh", "-c", script), fn("hangs_with_a_child", str(hanging)))
+    pids = [await wait_pid(shell), await wait_pid(away)]
+    text = await eventually(
+        lambda: hanging.read_text() if hanging.exists() else "",
+        until=lambda t: t.endswith("\n"),
+        timeout_s=WAIT_S,
+        what="the function's child and worker pids",
+    )
+    pids += [int(p) for p in text.split()]
+    assert all(alive(pid) for pid in pids)
+    victim.proc.send_signal(signal.SIGKILL)
+    assert await victim.wait() == -signal.SIGKILL
+    for pid in pids:
+        await wait_gone(pid)
 
 
 async def test_a_daemon_waits_for_an_unreachable_nats_until_sigterm(bench, processes):
