@@ -56,3 +56,48 @@ async def test_a_standby_answer_closes_its_connection_so_the_next_request_moves_
             assert resp.headers["Connection"] == "close"
     finally:
         await doors.close()
+
+
+async def test_connections_opened_while_the_listener_is_swapped_are_all_answered() -> None:
+    # New connections land in whichever listening socket the kernel picks: one queued in
+    # a listener that then closes would be dropped, and its client would wait for TCP's
+    # retransmissions (seconds) before a reset. Every connection opened during a burst of
+    # swaps is answered, by one app or the other.
+    apps = {"now": _app("0")}
+    doors = Doors("127.0.0.1", 0, lambda: apps["now"])
+    await doors.refresh()
+    url = f"http://127.0.0.1:{doors.port}/who"
+    failures: list[BaseException] = []
+    answered = 0
+    swapping = True
+
+    async def client() -> None:
+        nonlocal answered
+        connector = aiohttp.TCPConnector(force_close=True)
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            while swapping:
+                try:
+                    async with session.get(url) as resp:
+                        assert resp.status == 200
+                        await resp.text()
+                        answered += 1
+                except (aiohttp.ClientError, TimeoutError) as e:
+                    failures.append(e)
+
+    clients = [asyncio.create_task(client()) for _ in range(8)]
+    try:
+        for i in range(1, 41):
+            await asyncio.sleep(0.02)
+            apps["now"] = _app(str(i))
+            await doors.refresh()
+        swapping = False
+        async with asyncio.timeout(30):
+            await asyncio.gather(*clients)
+    finally:
+        swapping = False
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+        await doors.close()
+    assert answered > 0 and failures == [], failures[:3]
