@@ -104,8 +104,9 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """How often the history is compacted, in seconds."""
     log_max_bytes: Annotated[int, Meta(ge=0)] = 16 * 1024 * 1024
     """Most bytes of one attempt's output kept in its live log; past it one line says how
-    much was dropped. Daemons apply it as their own setting of the same name and default
-    (``DaemonSettings.log_max_bytes``): set both when changing it."""
+    much was dropped. The daemon applies it (``DaemonSettings.log_max_bytes``): the daemons
+    this server starts (local, ssh, slurm) are given it (``--log-max-bytes``); one started by
+    hand takes its own ``--log-max-bytes`` (the same default)."""
     log_retention_days: Annotated[float, Meta(gt=0)] = 7.0
     """How long runs' live logs are kept (the ``LS_LOGS`` stream's max age), in days."""
     metrics_port: Port | None = None

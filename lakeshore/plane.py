@@ -51,6 +51,7 @@ from lakeshore.http.standby import leading_middleware, standby_app
 from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
 from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
+from lakeshore.providers.local import daemon_flags
 from lakeshore.providers.slurm import SlurmProvider
 from lakeshore.providers.ssh import SshProvider
 from lakeshore.replica.identity import LeaderUrl, advertised_api, read_replica_id
@@ -423,17 +424,19 @@ class ControlPlane:
         metrics.watch(QueueGauges(store=store, bus=bus, workers=workers, labels=labels))
         on_exit, on_placed = exit_reporter(workers), placement_reporter(workers)
         beat_s = settings.heartbeat_s
+        # What the daemons this plane starts are told; one started by hand takes its own.
+        flags = daemon_flags(heartbeat_s=beat_s, log_max_bytes=settings.log_max_bytes)
         providers: dict[ProviderKind, Backend] = {
             ProviderKind.LOCAL: LocalProvider(
                 self.data_dir / "daemons",
                 on_exit,
-                heartbeat_s=beat_s,
+                flags=flags,
                 orphan_after_s=settings.local_orphan_after_s,
             ),
             ProviderKind.EXTERNAL: ExternalProvider(api_url=lambda: self.replica.lease.url or None),
-            ProviderKind.SSH: SshProvider(on_exit, on_placed, heartbeat_s=beat_s),
+            ProviderKind.SSH: SshProvider(on_exit, on_placed, flags=flags),
             ProviderKind.SLURM: SlurmProvider(
-                self.data_dir / "daemons", on_exit, on_placed, heartbeat_s=beat_s
+                self.data_dir / "daemons", on_exit, on_placed, flags=flags
             ),
         }
         launcher = await runtime.spawn(

@@ -125,6 +125,14 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     show_default=True,
     help="Address the --metrics-port listener binds.",
 )
+@click.option(
+    "--log-max-bytes",
+    type=click.IntRange(0),
+    default=16 * 1024 * 1024,
+    show_default=True,
+    help="Most bytes of one run's output kept in its live log; past it one line says how "
+    "much was dropped (a daemon the control plane starts is given the server's setting).",
+)
 @click.option("--managed", is_flag=True, help="Launched and retired by the controller.")
 @click.option(
     "--log-level",
@@ -151,6 +159,7 @@ def run(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     orphan_after_s: float | None = None,
+    log_max_bytes: int = 16 * 1024 * 1024,
 ) -> None:
     """Run a worker daemon: register, pull from its queues, run invocations.
 
@@ -177,6 +186,7 @@ def run(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             orphan_after_s=orphan_after_s,
+            log_max_bytes=log_max_bytes,
         )
         stop = asyncio.Event()
         # Neither the runs (commands: their environment; functions: this process's) nor

@@ -39,19 +39,33 @@ DAEMON_COMMAND = (sys.executable, "-m", "lakeshore", "daemon", "run")
 ORPHAN_AFTER_S = 60.0
 
 
+def daemon_flags(
+    *, heartbeat_s: float | None = None, log_max_bytes: int | None = None
+) -> list[str]:
+    """The flags every daemon a control plane starts is given: its heartbeat and the cap of
+    a run's live log (the server's ``log_max_bytes``); ``None``: the daemon's default."""
+    flags = []
+    if heartbeat_s is not None:
+        flags += ["--heartbeat-s", f"{heartbeat_s:g}"]
+    if log_max_bytes is not None:
+        flags += ["--log-max-bytes", str(log_max_bytes)]
+    return flags
+
+
 def daemon_argv(
     command: Sequence[str],
     worker: Worker,
     nats_url: str,
-    heartbeat_s: float | None = None,
+    flags: Sequence[str] = (),
     *,
     orphan_after_s: float | None = None,
 ) -> list[str]:
     """The command line that runs ``worker`` as a daemon (``queues == []``: no ``--queue``,
-    so the daemon pulls from the default queue). Its credential is not on the command line
-    (anyone on the host can read that) but in its environment (:func:`daemon_env`).
-    ``orphan_after_s``: the daemon retires once its heartbeats go unanswered that long
-    (``None``: it waits for its control plane for ever)."""
+    so the daemon pulls from the default queue), with ``flags`` (:func:`daemon_flags`). Its
+    credential is not on the command line (anyone on the host can read that) but in its
+    environment (:func:`daemon_env`). ``orphan_after_s``: the daemon retires once its
+    heartbeats go unanswered that long (``None``: it waits for its control plane for
+    ever)."""
     argv = [*command, "--id", worker.id, "--name", worker.name, "--namespace", worker.namespace]
     for q in worker.queues:
         argv += ["--queue", q]
@@ -60,8 +74,7 @@ def daemon_argv(
     argv += ["--nats-url", nats_url, "--provider", worker.provider]
     if worker.managed:
         argv.append("--managed")
-    if heartbeat_s is not None:
-        argv += ["--heartbeat-s", f"{heartbeat_s:g}"]
+    argv += flags
     if orphan_after_s is not None:
         argv += ["--orphan-after-s", f"{orphan_after_s:g}"]
     return argv
@@ -95,7 +108,7 @@ class LocalProvider:
         log_dir: where the daemons' logs go (``<log_dir>/<namespace>/<name>.log``).
         on_exit: called once per process when it has ended (or could not start).
         command: the daemon command without its per-worker flags (tests swap it).
-        heartbeat_s: passed to every daemon as ``--heartbeat-s``; ``None``: its default.
+        flags: given to every daemon (:func:`daemon_flags`).
         orphan_after_s: passed to every daemon as ``--orphan-after-s``: it retires once its
             heartbeats go unanswered this long, so it does not outlive a killed server.
         stop_timeout_s: after SIGTERM, how long a daemon may drain before SIGKILL.
@@ -108,7 +121,7 @@ class LocalProvider:
         on_exit: ExitCallback,
         *,
         command: Sequence[str] = DAEMON_COMMAND,
-        heartbeat_s: float | None = None,
+        flags: Sequence[str] = (),
         orphan_after_s: float = ORPHAN_AFTER_S,
         stop_timeout_s: float = 30.0,
         close_timeout_s: float = 5.0,
@@ -117,7 +130,7 @@ class LocalProvider:
         self._on_exit = on_exit
         #: the daemon command without its per-worker flags (read at each launch)
         self.command = tuple(command)
-        self._heartbeat_s = heartbeat_s
+        self._flags = tuple(flags)
         self._orphan_after_s = orphan_after_s
         self._stop_timeout_s = stop_timeout_s
         self._close_timeout_s = close_timeout_s
@@ -163,7 +176,7 @@ class LocalProvider:
                 self.command,
                 worker,
                 given.nats_url,
-                self._heartbeat_s,
+                self._flags,
                 orphan_after_s=self._orphan_after_s,
             )
             path = self.log_path(worker)

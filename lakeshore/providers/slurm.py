@@ -64,7 +64,7 @@ class SlurmProvider:
         on_exit: called once per job that ended (or could not be submitted).
         on_placed: called with a job's placement once submitted, and when it changes
             (the job started on a node).
-        heartbeat_s: passed to every daemon as ``--heartbeat-s``; ``None``: its default.
+        flags: given to every daemon (:func:`~lakeshore.providers.local.daemon_flags`).
         command_timeout_s: the bound of one sbatch, squeue or scancel call.
         close_timeout_s: at shutdown, how long submissions under way may finish.
     """
@@ -75,13 +75,13 @@ class SlurmProvider:
         on_exit: ExitCallback,
         on_placed: PlacedCallback,
         *,
-        heartbeat_s: float | None = None,
+        flags: Sequence[str] = (),
         command_timeout_s: float = 60.0,
         close_timeout_s: float = 5.0,
     ) -> None:
         self._log_dir = Path(log_dir)
         self._on_exit, self._on_placed = on_exit, on_placed
-        self._heartbeat_s = heartbeat_s
+        self._flags = tuple(flags)
         self._command_timeout_s = command_timeout_s
         self._close_timeout_s = close_timeout_s
         #: watched jobs by (slurm_conf, job id): two clusters may both have a job 17
@@ -204,7 +204,7 @@ class SlurmProvider:
     async def _submit(self, config: SlurmConfig, worker: Worker, given: DaemonAccess) -> None:
         python = config.python or sys.executable
         command = [python, "-m", "lakeshore", "daemon", "run"]
-        argv = daemon_argv(command, worker, config.nats_url or given.nats_url, self._heartbeat_s)
+        argv = daemon_argv(command, worker, config.nats_url or given.nats_url, self._flags)
         if config.log_dir is None:
             log_dir = self._log_dir / worker.namespace
             # The jobs' output holds command lines and output: the server's user's only.

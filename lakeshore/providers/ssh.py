@@ -48,7 +48,7 @@ class SshProvider:
     Args:
         on_exit: called once for a daemon that could not be started, or was stopped.
         on_placed: called once a daemon runs: ``{"host": <hosts entry>, "pid": <pid>}``.
-        heartbeat_s: passed to every daemon as ``--heartbeat-s``; ``None``: its default.
+        flags: given to every daemon (:func:`~lakeshore.providers.local.daemon_flags`).
         stop_timeout_s: after SIGTERM, how long a daemon may drain before SIGKILL.
         command_timeout_s: bound of each command run on a host (the stop wait excepted).
     """
@@ -58,11 +58,11 @@ class SshProvider:
         on_exit: ExitCallback,
         on_placed: PlacedCallback,
         *,
-        heartbeat_s: float | None = None,
+        flags: Sequence[str] = (),
         stop_timeout_s: float = 30.0,
         command_timeout_s: float = 30.0,
     ) -> None:
-        self._on_exit, self._on_placed, self._heartbeat_s = on_exit, on_placed, heartbeat_s
+        self._on_exit, self._on_placed, self._flags = on_exit, on_placed, tuple(flags)
         self._stop_timeout_s = stop_timeout_s
         self._command_timeout_s = command_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
@@ -229,7 +229,7 @@ class SshProvider:
         for worker in workers:
             given = access(worker)
             nats_url = cfg.nats_url or given.nats_url
-            script, argv = scripts.start(cfg, worker, nats_url, self._heartbeat_s)
+            script, argv = scripts.start(cfg, worker, nats_url, self._flags)
             try:
                 done = await self._run(conn, script, scripts.start_input(given))
                 pid = _last_word(done) if done.exit_status == 0 else ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import math
 import shlex
+from collections.abc import Sequence
 
 from lakeshore.model import DaemonAccess, Worker
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV, daemon_argv
@@ -99,7 +100,7 @@ def count(cfg: SshConfig, namespace: str, provider: str) -> str:
 
 
 def start(
-    cfg: SshConfig, worker: Worker, nats_url: str, heartbeat_s: float | None
+    cfg: SshConfig, worker: Worker, nats_url: str, flags: Sequence[str]
 ) -> tuple[str, list[str]]:
     """The script that starts ``worker``'s daemon in its own session, detached from the SSH
     session (``nohup setsid``), and prints its pid; and the daemon's command line.
@@ -107,9 +108,7 @@ def start(
     The script reads the credential (line 1) and the base64 CA PEM (line 2, may be empty)
     from stdin: feed it :func:`start_input`.
     """
-    argv = daemon_argv(
-        ("python", "-m", "lakeshore", "daemon", "run"), worker, nats_url, heartbeat_s
-    )
+    argv = daemon_argv(("python", "-m", "lakeshore", "daemon", "run"), worker, nats_url, flags)
     words = " ".join(['"$py"', *(shlex.quote(a) for a in argv[1:])])
     shown = " ".join([cfg.python, *argv[1:]])
     log = f'"$d"/{shlex.quote(worker.name + ".log")}'

@@ -183,6 +183,21 @@ async def daemon_process(settings: DaemonSettings) -> AsyncIterator[asyncio.subp
             await proc.communicate()
 
 
+async def test_daemon_run_takes_its_log_cap_from_its_command_line(bench, processes):
+    # What a control plane passes to the daemons it starts (its log_max_bytes), and what a
+    # daemon started by hand is told.
+    q = await bench.queue("logs-capped-cli")
+    await processes.start("capped", "--queue", q, "--log-max-bytes", "1000")
+    [job] = await bench.submit(
+        q, command("sh", "-c", "for i in $(seq 1 100); do echo 0123456789abcdefghi; done")
+    )
+    lines = await log_lines(bench.api, job, follow=True)
+    assert lines[-1]["state"] == "succeeded"
+    assert len(text_of(lines, "out")) == 1000
+    [note] = [x["text"] for x in lines if x["kind"] == "chunk" and x["stream"] == "err"]
+    assert "1,000 bytes dropped" in note and "log_max_bytes" in note
+
+
 async def test_a_flood_is_capped_the_daemon_stays_small_and_a_neighbours_log_is_whole(
     bench, daemons
 ):

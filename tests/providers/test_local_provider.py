@@ -16,7 +16,7 @@ import pytest
 
 from lakeshore.model import DaemonAccess, Provider, ProviderKind, Worker, now
 from lakeshore.providers import LocalProvider, daemon_argv
-from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
+from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV, daemon_flags
 
 FAKE = Path(__file__).with_name("fake_daemon.py")
 WAIT_S = 20.0
@@ -137,6 +137,17 @@ async def test_one_process_per_worker_with_its_flags_and_its_own_log(bench, tmp_
         ("prep-01", 0, True),
     }
     assert all(pid is not None and gone(pid) for pid in pids)
+
+
+async def test_each_daemon_is_given_the_planes_flags(bench, tmp_path):
+    flags = daemon_flags(heartbeat_s=0.5, log_max_bytes=4096)
+    assert flags == ["--heartbeat-s", "0.5", "--log-max-bytes", "4096"]
+    provider = LocalProvider(tmp_path, bench.on_exit, command=bench.command("drain"), flags=flags)
+    await provider.launch(LOCAL, [worker("flagged")], access)
+    argv = (await bench.next_ready()).argv
+    assert argv[argv.index("--provider") + 2 :] == [*flags, "--orphan-after-s", "60"]
+    await provider.close()
+    await bench.next_exit()
 
 
 async def test_each_daemon_gets_its_credential_in_its_environment_not_its_command_line(

@@ -20,7 +20,7 @@ from sshd import runs
 from lakeshore.actors.launcher import StopDaemon
 from lakeshore.errors import Invalid
 from lakeshore.model import DaemonAccess, Provider, ProviderKind, Worker, WorkerStatus, now
-from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
+from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV, daemon_flags
 from lakeshore.providers.ssh import SshProvider
 from lakeshore.providers.ssh_config import parse_config
 from lakeshore.security import credentials
@@ -215,7 +215,7 @@ async def test_the_credential_and_the_ca_reach_the_daemon_through_stdin_only(fle
     )
     ca = "-----BEGIN CERTIFICATE-----\nnot a real one\n-----END CERTIFICATE-----"
     calls = Exits()
-    backend = SshProvider(calls.on_exit, calls.on_placed, heartbeat_s=0.2)
+    backend = SshProvider(calls.on_exit, calls.on_placed, flags=daemon_flags(heartbeat_s=0.2))
     async with _SilentNats() as nats_url:
         access = DaemonAccess(
             worker_id=worker.id,
