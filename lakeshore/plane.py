@@ -170,7 +170,7 @@ class ControlPlane:
         self._doors: Doors | None = None
         self._roles: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._leader_url = LeaderUrl()
-        self._standby_app = standby_app(self._leader_url.get, self._applied)
+        self._standby_app = standby_app(self._leader_url.get, self._applied, self._own_url)
         #: what the API serves now: the leader's app, or the standby's
         self._app = self._standby_app
 
@@ -196,6 +196,10 @@ class ControlPlane:
 
     def _applied(self) -> int:
         return 0 if self._replica is None else self._replica.store.state_position
+
+    def _own_url(self) -> str | None:
+        """The API URL this plane's lease advertises (``None`` before it serves)."""
+        return None if self._replica is None else self._replica.lease.url or None
 
     async def start(self) -> None:
         """Start NATS (embedded unless ``nats_url``), open the store, follow the streams,
@@ -353,7 +357,7 @@ class ControlPlane:
             parts.services,
             parts.metrics,
             leading=leading_middleware(
-                lambda: self._parts is parts, self._leader_url.get, self._applied
+                lambda: self._parts is parts, self._leader_url.get, self._applied, self._own_url
             ),
         )
         if self._doors is not None:

@@ -24,10 +24,15 @@ LeaderUrl = Callable[[], Awaitable[str | None]]
 
 
 def leading_middleware(
-    leading: Callable[[], bool], leader_url: LeaderUrl, applied: Callable[[], int]
+    leading: Callable[[], bool],
+    leader_url: LeaderUrl,
+    applied: Callable[[], int],
+    own_url: Callable[[], str | None] = lambda: None,
 ) -> Middleware:
     """Once ``leading()`` is false, answer as a standby: ``not_leader`` for every route but
-    ``/v1/healthz``. A leader that steps down keeps its listener (no connection is cut)."""
+    ``/v1/healthz``. A leader that steps down keeps its listener (no connection is cut).
+    ``own_url``: this plane's advertised URL; the lease naming it while this plane does not
+    lead yet means it is taking over."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -36,7 +41,12 @@ def leading_middleware(
         if request.path == "/v1/healthz":
             return _standby_health(applied())
         url = await leader_url()
-        why = "this control plane stepped down" if url else "a leader is being elected"
+        if url is None:
+            why = "a leader is being elected"
+        elif url == own_url():
+            why = "this control plane is taking over as leader"
+        else:
+            why = "this control plane stepped down"
         answer = render(NotLeader(why, url))
         # The client's next request opens a new connection: to the app this plane serves
         # now (a new term's), not again to this one's (see lakeshore/http/doors.py).
@@ -46,16 +56,20 @@ def leading_middleware(
     return middleware
 
 
-def standby_app(leader_url: LeaderUrl, applied: Callable[[], int]) -> web.Application:
+def standby_app(
+    leader_url: LeaderUrl,
+    applied: Callable[[], int],
+    own_url: Callable[[], str | None] = lambda: None,
+) -> web.Application:
     """What a plane that never led since it started serves: everything as a standby.
 
     Args:
         leader_url: where the leader is now.
         applied: the state stream's sequence this plane's file has applied.
+        own_url: this plane's advertised URL (see :func:`leading_middleware`).
     """
-    app = web.Application(
-        middlewares=[error_middleware, leading_middleware(lambda: False, leader_url, applied)]
-    )
+    standby = leading_middleware(lambda: False, leader_url, applied, own_url)
+    app = web.Application(middlewares=[error_middleware, standby])
     app.router.add_route("*", "/{tail:.*}", _unreached)
     return app
 

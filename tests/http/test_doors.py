@@ -58,6 +58,25 @@ async def test_a_standby_answer_closes_its_connection_so_the_next_request_moves_
         await doors.close()
 
 
+async def test_a_plane_the_lease_names_but_not_leading_yet_says_it_is_taking_over() -> None:
+    here = "http://127.0.0.1:8080"
+
+    async def us() -> str | None:
+        return here
+
+    app = standby_app(us, lambda: 0, own_url=lambda: here)
+    doors = Doors("127.0.0.1", 0, lambda: app)
+    await doors.refresh()
+    try:
+        async with aiohttp.ClientSession() as session:
+            resp = await session.post(f"http://127.0.0.1:{doors.port}/v1/namespaces")
+            error = (await resp.json())["error"]
+            assert (resp.status, error["code"]) == (503, "not_leader")
+            assert "taking over as leader" in error["message"], error
+    finally:
+        await doors.close()
+
+
 async def test_connections_opened_while_the_listener_is_swapped_are_all_answered() -> None:
     # New connections land in whichever listening socket the kernel picks: one queued in
     # a listener that then closes would be dropped, and its client would wait for TCP's
