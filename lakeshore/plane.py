@@ -427,9 +427,8 @@ class ControlPlane:
         labels = QueueLabels.parse(settings.metrics_per_queue)
         metrics.watch(QueueGauges(store=store, bus=bus, workers=workers, labels=labels))
         on_exit, on_placed = exit_reporter(workers), placement_reporter(workers)
-        beat_s = settings.heartbeat_s
         # What the daemons this plane starts are told; one started by hand takes its own.
-        flags = daemon_flags(heartbeat_s=beat_s, log_max_bytes=settings.log_max_bytes)
+        flags = daemon_flags(heartbeat_s=settings.heartbeat_s, log_max_bytes=settings.log_max_bytes)
         providers: dict[ProviderKind, Backend] = {
             ProviderKind.LOCAL: LocalProvider(
                 self.data_dir / "daemons",
@@ -437,7 +436,7 @@ class ControlPlane:
                 flags=flags,
                 orphan_after_s=settings.local_orphan_after_s,
             ),
-            ProviderKind.EXTERNAL: ExternalProvider(api_url=lambda: self.replica.lease.url or None),
+            ProviderKind.EXTERNAL: ExternalProvider(api_url=self._own_url),
             ProviderKind.SSH: SshProvider(on_exit, on_placed, flags=flags),
             ProviderKind.SLURM: SlurmProvider(
                 self.data_dir / "daemons", on_exit, on_placed, flags=flags

@@ -23,6 +23,7 @@ from nats.js import errors as jse
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
+    ConsumerInfo,
     DiscardPolicy,
     RetentionPolicy,
     StorageType,
@@ -217,17 +218,17 @@ class NatsBus:
 
     async def queue_counts(self, namespace: str, queue: str, *, levels: int) -> QueueCounts:
         stream = subjects.queue_stream(namespace, queue)
-        pending = running = 0
         async with self._errors(f"read the counts of {namespace}/{queue}"):
             try:
                 si = await self._js_short.stream_info(stream)
-                for level in range(levels):
-                    ci = await self._js_short.consumer_info(stream, subjects.level_consumer(level))
-                    pending += ci.num_pending or 0
-                    running += ci.num_ack_pending or 0
+                infos = await self._level_consumers(stream, levels)
             except jse.NotFoundError:
                 return QueueCounts(0, 0, 0)
-        return QueueCounts(pending=pending, running=running, depth=si.state.messages)
+        return QueueCounts(
+            pending=sum(ci.num_pending or 0 for ci in infos),
+            running=sum(ci.num_ack_pending or 0 for ci in infos),
+            depth=si.state.messages,
+        )
 
     async def queue_backlog(self, namespace: str, queue: str, *, levels: int) -> int:
         stream = subjects.queue_stream(namespace, queue)
@@ -237,18 +238,22 @@ class NatsBus:
             except jse.NotFoundError:
                 return 0
         try:
-            infos = await asyncio.gather(
-                *(
-                    self._js_short.consumer_info(stream, subjects.level_consumer(level))
-                    for level in range(levels)
-                )
-            )
+            infos = await self._level_consumers(stream, levels)
         except (nats.errors.Error, jse.Error, TimeoutError, OSError) as e:
             # A consumer is its own raft group: after a NATS node comes back it may still be
             # electing its leader while the stream answers.
             log.debug("backlog of %s/%s: a consumer did not answer (%s)", namespace, queue, e)
             return si.state.messages
         return sum(ci.num_pending or 0 for ci in infos)
+
+    async def _level_consumers(self, stream: str, levels: int) -> list[ConsumerInfo]:
+        """The queue's per-level consumers, asked side by side."""
+        return await asyncio.gather(
+            *(
+                self._js_short.consumer_info(stream, subjects.level_consumer(level))
+                for level in range(levels)
+            )
+        )
 
     async def publish_work(
         self, namespace: str, queue: str, items: list[tuple[bytes, int, str]]
