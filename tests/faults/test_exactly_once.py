@@ -32,12 +32,16 @@ async def _states(api, ids: list[str]) -> dict[str, int]:
 
 
 async def _all_succeeded(api, n: int, timeout_s: float, every_s: float = 0.1) -> None:
-    async def stats() -> dict:
-        return (await api.get(Q + "/work/stats"))[1]
+    async def stats() -> dict | None:
+        status, body = await api.get(Q + "/work/stats")
+        # 503 not_leader while the plane takes over again (NATS came back): asked again.
+        return body if status == 200 else None
 
     await eventually(
         stats,
-        until=lambda s: s["succeeded"] >= n and s["pending"] == 0 and s["running"] == 0,
+        until=lambda s: (
+            s is not None and s["succeeded"] >= n and s["pending"] == 0 and s["running"] == 0
+        ),
         timeout_s=timeout_s,
         every_s=every_s,
         what=f"{n} succeeded and none pending or running in queue work",
