@@ -21,10 +21,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import warnings
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any
 
-import asyncssh
+from cryptography.utils import CryptographyDeprecationWarning
+
+with warnings.catch_warnings():
+    # asyncssh names cryptography's DSA classes while it imports, which cryptography 51
+    # deprecates; Lakeshore never uses DSA keys, and a user should not see this at start-up.
+    warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh\.")
+    import asyncssh
 
 from lakeshore.errors import Unavailable
 from lakeshore.model import Provider, Worker

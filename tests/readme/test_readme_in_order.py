@@ -135,7 +135,11 @@ def script(api_port: int, ssh_port: int) -> str:
         if block.marker == "server":
             *install, server = [c.strip() for c in block.text.strip().split("&&")]
             assert server == ".venv/bin/lakeshore server", block.text
-            assert install == ["python3 -m venv .venv", ".venv/bin/pip install -e ."]
+            assert install == [
+                "python3 -m venv .venv",
+                ".venv/bin/pip install -r requirements/lock.txt",
+                ".venv/bin/pip install --no-deps -e .",
+            ]
             parts.append(_server(server, api_port))
         elif block.marker == "suite":
             ci = (ROOT / ".ci/run").read_text()
