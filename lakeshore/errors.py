@@ -346,3 +346,10 @@ class NotLeader(Unavailable):
 
 
 ERRORS_BY_CODE[NotLeader.code] = NotLeader
+
+
+class RunStopped(BaseException):
+    """Raised in a running function when its run is stopped (SIGTERM: a cancel, its timeout,
+    its daemon stopping): ``except lakeshore.RunStopped:`` saves a checkpoint, then lets it
+    end. A ``BaseException``, like ``KeyboardInterrupt``: an ``except Exception`` does not
+    swallow it; ``finally:`` blocks run."""

@@ -24,7 +24,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import Struct
@@ -160,8 +160,24 @@ class Placed(Struct, frozen=True):
     placement: dict[str, str]
 
 
+class Report(NamedTuple):
+    """What a daemon's latest heartbeat said it runs, stamped by the daemon's own clock (the
+    clock its claims are stamped by)."""
+
+    ts: datetime
+    running: frozenset[str]
+
+
+class LastReport(Struct, frozen=True):
+    """The latest :class:`Report` of a worker; ``None`` when none came since this registry
+    started (a new leader knows nothing until the next heartbeat)."""
+
+    worker_id: str
+
+
 WorkerMsg = (
     Members
+    | LastReport
     | Register
     | Beat
     | EditQueues
@@ -228,6 +244,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._retiring: set[str] = set()
         #: steal leases by worker id, as the controller last set them
         self._leases: dict[str, list[StealGrant]] = {}
+        #: each worker's latest heartbeat's report, in memory only (the next one replaces it)
+        self._reports: dict[str, Report] = {}
         #: when this registry began answering heartbeats: silence before it is not counted
         self._since = clock()
 
@@ -278,6 +296,8 @@ class WorkerRegistry(Actor[WorkerMsg]):
                 lost = await self._sweep(self._clock())
                 flushing = await self._start_flush(self._clock())
                 return lost if flushing is None else Later(self._saved_all(flushing, lost))
+            case LastReport(worker_id=wid):
+                return self._reports.get(wid)
             case ListWorkers(namespace=ns):
                 return list(self._rows.values()) if ns is None else self._in(ns)
             case Prepare():
@@ -366,6 +386,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             status = WorkerStatus.RETIRING
         if worker.status is WorkerStatus.LOST and status is not WorkerStatus.STOPPED:
             log.info("worker %s (%s) is back", worker.name, worker.id)
+        self._reports[worker.id] = Report(hb.ts, frozenset(hb.current))
         current = hb.current[0] if hb.current else None
         # The server's clock, not the daemon's (which may be minutes off): liveness and the
         # times shown are all the server's.

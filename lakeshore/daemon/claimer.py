@@ -44,6 +44,7 @@ from lakeshore.model import (
     InvocationEvent,
     RemoteError,
     Result,
+    Takeover,
     now,
 )
 
@@ -70,6 +71,8 @@ class Claim:
     earlier: Earlier = FIRST
     #: when the delivery reached the daemon (before a redelivery's check): the claim's time
     delivered_at: datetime | None = None
+    #: the earlier attempt this one takes over (its daemon died, or let it go)
+    takeover: Takeover | None = None
 
 
 class Claimer:
@@ -96,6 +99,7 @@ class Claimer:
         self._steal: dict[str, datetime] = {}
         self._nudges: Subscriptions | None = None
         self._unavailable = False
+        self._in_hand: set[str] = set()
 
     @property
     def queues(self) -> list[str]:
@@ -203,6 +207,16 @@ class Claimer:
                 self._layouts[queue] = layout
         return layout
 
+    def in_hand(self) -> set[str]:
+        """The invocations claimed and not yet handed to the dispatcher (:meth:`handed_over`):
+        a heartbeat reports them as running, since their claim's time is already taken."""
+        return set(self._in_hand)
+
+    def handed_over(self, claims: list[Claim]) -> None:
+        """``claims`` are the dispatcher's now: started, or given back."""
+        for claim in claims:
+            self._in_hand.discard(claim.invocation.id)
+
     async def _decode(
         self, msg: Msg, queue: str, level: int, layout: QueueLayout, stolen: bool
     ) -> Claim | None:
@@ -224,8 +238,28 @@ class Claimer:
         if (inv.namespace, inv.queue) != (self._ns, queue):
             await self._refuse(msg, inv, queue)
             return None
+        # Its claim's time is taken: every heartbeat from now on reports it as running (the
+        # control plane reads a later report without it as its daemon having let it go).
+        self._in_hand.add(inv.id)
+        claim = await self._vet(msg, inv, queue, level, layout, stolen, delivered_at)
+        if claim is None:
+            self._in_hand.discard(inv.id)
+        return claim
+
+    async def _vet(
+        self,
+        msg: Msg,
+        inv: Invocation,
+        queue: str,
+        level: int,
+        layout: QueueLayout,
+        stolen: bool,
+        delivered_at: datetime,
+    ) -> Claim | None:
+        """The claim of a redelivery is run only if the control plane's answer says so."""
+        meta = msg.metadata
         epoch = meta.num_delivered
-        earlier = FIRST
+        earlier, takeover = FIRST, None
         if epoch > 1:
             check = await check_redelivery(self._bus, inv, epoch, self._worker_id)
             if (held := check.held) is not None:
@@ -235,7 +269,7 @@ class Claimer:
                 )  # fmt: skip
                 await self._bus.nak(msg, held.retry_s)
                 return None
-            earlier = check.earlier
+            earlier, takeover = check.earlier, check.takeover
             if (error := lost_too_often(earlier, inv.max_lost)) is not None:
                 await self._dead_letter(msg, inv, queue, error)
                 return None
@@ -250,6 +284,7 @@ class Claimer:
             stolen=stolen,
             earlier=earlier,
             delivered_at=delivered_at,
+            takeover=takeover,
         )
 
     async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:

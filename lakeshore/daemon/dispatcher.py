@@ -28,7 +28,7 @@ from msgspec import Struct
 from lakeshore.daemon.claimer import Claim, Claimer
 from lakeshore.daemon.job import Job, JobContext, Stop
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import WorkerStatus
+from lakeshore.model import WorkerStatus, now
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,10 @@ class Snapshot:
     """What the heartbeat reports."""
 
     status: WorkerStatus
+    #: the invocations it runs or has claimed to run
     current: list[str]
+    #: when (the daemon's clock): a claim stamped before it is in ``current`` while held
+    ts: datetime
 
 
 class Dispatcher:
@@ -124,7 +127,8 @@ class Dispatcher:
             status = WorkerStatus.RETIRING
         else:
             status = WorkerStatus.BUSY if self._jobs else WorkerStatus.IDLE
-        return Snapshot(status=status, current=[j.id for j in self._jobs.values()])
+        current = {j.id for j in self._jobs.values()} | self._claimer.in_hand()
+        return Snapshot(status=status, current=sorted(current), ts=now())
 
     @property
     def retiring(self) -> bool:
@@ -160,9 +164,11 @@ class Dispatcher:
                     await self._handle_inbox()
                     if claims and self._drain_deadline is not None:
                         await self._give_back(claims)
+                        self._claimer.handed_over(claims)
                         continue
                     for claim in claims:
                         self._start(runs, claim)
+                    self._claimer.handed_over(claims)
                     if claims:
                         continue
                 if free <= 0:

@@ -88,7 +88,7 @@ class Heartbeater:
         """Send one heartbeat and apply its reply; ``None`` when nobody answered."""
         snap = self._dispatcher.snapshot()
         try:
-            reply = await self._send(snap.status, snap.current)
+            reply = await self._send(snap.status, snap.current, snap.ts)
         except LakeshoreError as e:
             if not self._failing:
                 log.warning("heartbeat not answered: %s", e)
@@ -138,13 +138,15 @@ class Heartbeater:
             log.warning("%s; retiring (orphan_after_s %g)", why, self._orphan_after_s)
             self._dispatcher.tell(Retire(why))
 
-    async def _send(self, status: WorkerStatus, current: list[str]) -> HeartbeatReply:
+    async def _send(
+        self, status: WorkerStatus, current: list[str], ts: datetime | None = None
+    ) -> HeartbeatReply:
         hb = Heartbeat(
             worker_id=self.worker.id,
             namespace=self.worker.namespace,
             status=status,
             current=current,
-            ts=now(),
+            ts=ts or now(),
             renew=self._credential.due(),
         )
         return await self._bus.heartbeat(hb)

@@ -154,6 +154,10 @@ class Job:
         c = self.claim
         detail = {"seq": c.seq, "level": c.level, **({"stolen": True} if c.stolen else {})}
         log.info("%s: claimed from %s/p%d%s", self._label, c.queue, c.level, _STOLEN[c.stolen])
+        if (t := c.takeover) is not None:
+            # An event of its own kind would need its own fencing: the claim says it.
+            detail["took_over"] = {"attempt": t.epoch, "worker": t.worker, "why": t.why}
+            log.info("%s: takes over attempt %d of %s: %s", self._label, t.epoch, t.worker, t.why)
         renew = functools.partial(self._ctx.bus.in_progress, c.msg)
         try:
             # Held until settled: storing the result may wait out a reconnect.

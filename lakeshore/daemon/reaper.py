@@ -77,9 +77,13 @@ def signal_marked(mark: str, signum: int) -> list[int]:
     return _signal_carrying(_needle(mark), signum)
 
 
-def _signal_carrying(needle: bytes, signum: int) -> list[int]:
+def _signal_carrying(needle: bytes, signum: int, spare_group: int | None = None) -> list[int]:
+    """Signal every process carrying ``needle``, but those of ``spare_group`` (a group just
+    signalled as a whole: each process gets a stop's SIGTERM once)."""
     sent = []
     for pid in _carrying(needle):
+        if spare_group is not None and _group_of(pid) == spare_group:
+            continue
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -125,9 +129,10 @@ class RunProcesses:
         self.pgid, self.mark = pgid, mark
 
     def signal(self, signum: int) -> None:
-        """Send ``signum`` to the group and to every marked process."""
+        """Send ``signum`` to the group and to every marked process outside it (once each:
+        a handler must not see a stop's SIGTERM twice)."""
         _kill_group(self.pgid, signum)
-        signal_marked(self.mark, signum)
+        _signal_carrying(_needle(self.mark), signum, spare_group=self.pgid)
 
     def kill(self, *, group: bool = True) -> int:
         """SIGKILL the group (unless ``group`` is false: a worker process that lives on)
@@ -202,6 +207,13 @@ def _watch(mark: str) -> None:
         while os.read(0, 4096):
             pass
     _kill_carrying(_needle(mark, DAEMON_MARK))
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def _kill_group(pgid: int, signum: int) -> None:

@@ -18,9 +18,10 @@ During a run, fds 1 and 2 are the worker's output pipes (their fds in
 ``LAKESHORE_WORKER_OUT`` and ``LAKESHORE_WORKER_ERR``; so ``print``, ``logging`` —
 configured at ``INFO`` on stderr — and any subprocess the function starts write to the
 run's output); between runs they are the worker's own. It answers only after flushing
-both, so the daemon has all a run wrote when the answer comes. ``SIGTERM`` during a run raises
-:class:`RunStopped` in the function, so its ``finally:`` and checkpoint code run; the worker
-then answers and exits (a stopped worker is never reused). ``SIGTERM`` between runs exits.
+both, so the daemon has all a run wrote when the answer comes. ``SIGTERM`` during a run
+raises :class:`lakeshore.RunStopped` in the function, so its ``finally:`` and checkpoint code
+run; the worker then answers and exits (a stopped worker is never reused). ``SIGTERM`` between
+runs exits.
 """
 
 from __future__ import annotations
@@ -87,9 +88,16 @@ Frame = Call | Ready | Done | Stale
 
 
 class RunStopped(BaseException):
-    """Raised in a running function when its run is stopped (SIGTERM: a cancel, its timeout,
-    its daemon stopping). A ``BaseException``, like ``KeyboardInterrupt``: an ``except
-    Exception`` does not swallow it; ``finally:`` blocks run."""
+    """What a stop raises in a run whose code did not import ``lakeshore`` (so could not name
+    :class:`lakeshore.RunStopped`, which a run that did gets: :func:`_stop_class`). A
+    ``BaseException``: an ``except Exception`` does not swallow it; ``finally:`` blocks run."""
+
+
+def _stop_class() -> type[BaseException]:
+    """``lakeshore.RunStopped`` once the run's code has imported ``lakeshore`` (the worker
+    itself never does: it costs half a second), so that ``except lakeshore.RunStopped``
+    catches a stop; else this file's own."""
+    return getattr(sys.modules.get("lakeshore"), "RunStopped", RunStopped)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -142,7 +150,7 @@ class _Worker:
         if not self._running:
             raise SystemExit(0)
         self._stopped = True
-        raise RunStopped("the run was stopped (SIGTERM)")
+        raise _stop_class()("the run was stopped (SIGTERM)")
 
     def _run(self, call: Call) -> Done:
         saved = {k: os.environ.get(k) for k in call.env}
@@ -164,7 +172,7 @@ class _Worker:
                     stream.flush()
                 except (OSError, ValueError):
                     pass  # a closed or broken pipe: nothing more to say on it
-        except RunStopped:  # SIGTERM between the call and here
+        except (RunStopped, _stop_class()):  # SIGTERM between the call and here
             self._running = False
             done = Done(ok=False, error=("RunStopped", "the run was stopped (SIGTERM)", ""))
         finally:
@@ -336,7 +344,8 @@ def _error(e: BaseException) -> tuple[str, str, str]:
     import traceback
 
     t = type(e)
-    name = "lakeshore.RunStopped" if t is RunStopped else f"{t.__module__}.{t.__qualname__}"
+    stop = t in (RunStopped, _stop_class())
+    name = "lakeshore.RunStopped" if stop else f"{t.__module__}.{t.__qualname__}"
     return (name, str(e), "".join(traceback.format_exception(e)))
 
 

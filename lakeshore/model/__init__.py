@@ -25,6 +25,7 @@ from lakeshore.model.daemon import (
     HeldAnswer,
     HeldAsk,
     StealGrant,
+    Takeover,
 )
 from lakeshore.model.invocations import (
     MAX_BATCH,
@@ -131,6 +132,7 @@ __all__ = [
     "HeartbeatReply",
     "HeldAnswer",
     "HeldAsk",
+    "Takeover",
     "Invocation",
     "InvocationEvent",
     "InvocationState",

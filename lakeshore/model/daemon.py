@@ -32,6 +32,16 @@ class HeldAsk(Struct, frozen=True, kw_only=True):
     epoch: int
 
 
+class Takeover(Struct, frozen=True, kw_only=True):
+    """An earlier attempt whose daemon no longer holds it: the redelivery takes it over."""
+
+    worker: str
+    #: the epoch that daemon claimed
+    epoch: int
+    #: why it holds it no longer, e.g. ``its daemon has been silent for 12 s``
+    why: str
+
+
 class HeldAnswer(Struct, frozen=True, kw_only=True):
     """Who still holds an earlier attempt of the invocation; ``holder`` ``None``: nobody
     live, run it."""
@@ -41,6 +51,8 @@ class HeldAnswer(Struct, frozen=True, kw_only=True):
     epoch: int = 0
     #: when to look again, if the holder is still running it then (seconds)
     retry_s: float = 0.0
+    #: no live holder, but an earlier attempt that has not ended: the one taken over
+    takeover: Takeover | None = None
     #: the fields below were read from the job's history (``False``: an answer from a
     #: control plane before them, or a holder's: nothing is known of the earlier attempts)
     history: bool = False

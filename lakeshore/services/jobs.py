@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
@@ -25,7 +26,7 @@ from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
-from lakeshore.actors.workers import ListWorkers, Members
+from lakeshore.actors.workers import LastReport, ListWorkers, Members, Report
 from lakeshore.attempts import stopping_text, tally
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
@@ -43,6 +44,7 @@ from lakeshore.model import (
     RemoteError,
     Result,
     SubmitAnswer,
+    Takeover,
     WorkerStatus,
     now,
 )
@@ -280,46 +282,64 @@ class JobService:
     async def holder(self, namespace: str, job_id: str, epoch: int) -> HeldAnswer:
         """Whether an attempt of ``job_id`` earlier than ``epoch`` is still held by a live
         daemon (asked before a redelivery runs): a delivery count can rise without its
-        holder having let go — a peer's NAK, a ``nak`` sent in error — and the invocation
-        must not run twice at once. The latest earlier attempt that has not ended counts
-        (:func:`~lakeshore.fencing.open_claim`: a retried one has); its daemon is live while
-        the registry has not seen it stop or go silent (``lost_after_s``).
+        holder having let go — a peer's NAK, ack or term, a ``nak`` sent in error — and the
+        invocation must never run twice at once. The latest earlier attempt that has not
+        ended counts (:func:`~lakeshore.fencing.open_claim`: a retried one has); its daemon
+        holds it while the registry has not seen it stop or go silent (``lost_after_s``),
+        however long the run lasts — unless a heartbeat it sent after it claimed the attempt
+        no longer lists the invocation: then it let the run go without a word (its outcome
+        could not be stored through an outage) and the redelivery runs. The claim's time and
+        the heartbeat's are both the holder's own clock.
 
         The answer also tallies the earlier attempts from the history
         (:func:`~lakeshore.attempts.tally`, read once the Recorder has caught up with the
         events stream, bounded): how many count toward ``max_attempts``, how many were lost
         in a row, whether any was preempted or lost. It goes with a live holder's answer too:
-        the daemon runs a redelivery anyway once its holder is itself, or after too many
-        hand-backs."""
+        the daemon runs a redelivery anyway once its holder is itself."""
         claim = open_claim(await self._recorder.ask(Unfinished(namespace, job_id)), epoch)
-        answer = await self._earlier(namespace, job_id, epoch)
+        answer, record = await self._earlier(namespace, job_id, epoch)
         if claim is None:
             return answer
         held_epoch, worker = claim
+
+        def taken_over(why: str) -> HeldAnswer:
+            takeover = Takeover(worker=worker, epoch=held_epoch, why=why)
+            return msgspec.structs.replace(answer, takeover=takeover)
+
         rows = [w for w in await self._workers.ask(ListWorkers(namespace)) if w.id == worker]
-        if not rows or rows[0].status not in COUNTED or rows[0].last_heartbeat is None:
-            return answer
+        if not rows:
+            return taken_over("its daemon is gone")
+        row = rows[0]
+        if row.status not in COUNTED or row.last_heartbeat is None:
+            return taken_over(f"its daemon is {row.status.value}")
         # Judged by its silence, not by its row's status: the registry's sweep marks a
         # dead daemon lost a tick after ``lost_after_s``, and its redelivery must not wait
         # for that.
-        left_s = self._lost_after_s - (now() - rows[0].last_heartbeat).total_seconds()
+        silent_s = (now() - row.last_heartbeat).total_seconds()
+        left_s = self._lost_after_s - silent_s
         if left_s < 0:
-            return answer
+            return taken_over(f"its daemon has been silent for {silent_s:.0f} s")
+        report = await self._workers.ask(LastReport(worker))
+        if let_go(report, job_id, claim_time(record, held_epoch, worker)):
+            return taken_over("its daemon no longer runs it")
         retry_s = min(HELD_RETRY_S, max(HELD_MIN_RETRY_S, left_s))
         return msgspec.structs.replace(answer, holder=worker, epoch=held_epoch, retry_s=retry_s)
 
-    async def _earlier(self, namespace: str, job_id: str, epoch: int) -> HeldAnswer:
+    async def _earlier(
+        self, namespace: str, job_id: str, epoch: int
+    ) -> tuple[HeldAnswer, JobRecord | None]:
         """How the attempts before the redelivery ``epoch`` ended (``history`` false when
-        the job is not in the history yet)."""
+        the job is not in the history yet), and the job's record."""
         with contextlib.suppress(Unavailable):  # then the history as it stands
             await self._catch_up()
         record = await self._store.get_job(namespace, job_id)
         if record is None:
-            return HeldAnswer()
+            return HeldAnswer(), None
         counted, lost_in_row, preempted = tally(record.job.attempts, before=epoch)
-        return HeldAnswer(
+        answer = HeldAnswer(
             history=True, counted=counted, lost_in_row=lost_in_row, preempted=preempted
         )
+        return answer, record
 
     def open_waits(self, org: str) -> int:
         """The result waits ``org`` holds open now."""
@@ -553,3 +573,27 @@ def summary(job: Job) -> Job:
         return job
     fields = msgspec.structs.asdict(job)
     return Job(**{k: v for k, v in fields.items() if k in Job.__struct_fields__})
+
+
+def claim_time(record: JobRecord | None, epoch: int, worker: str) -> datetime | None:
+    """When ``worker`` took attempt ``epoch`` (its own clock); ``None``: not in the history."""
+    if record is None:
+        return None
+    times = [
+        a.claimed_at or a.started_at
+        for a in record.job.attempts
+        if a.epoch == epoch and a.worker == worker
+    ]
+    return min((t for t in times if t is not None), default=None)
+
+
+def let_go(report: Report | None, job_id: str, claimed_at: datetime | None) -> bool:
+    """Its holder's heartbeat, sent after the claim, no longer lists the invocation. Without
+    a report or the claim's time, the holder is taken at its word: it holds the run."""
+    if report is None or claimed_at is None or job_id in report.running:
+        return False
+    return _utc(report.ts) > _utc(claimed_at)
+
+
+def _utc(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)

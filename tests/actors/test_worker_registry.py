@@ -12,6 +12,7 @@ from lakeshore.actors.workers import (
     Beat,
     EditQueues,
     Exited,
+    LastReport,
     ListWorkers,
     MarkWorkerLost,
     Members,
@@ -149,6 +150,19 @@ async def test_a_heartbeat_reply_carries_the_queues_and_no_orders(
     assert await beat(registry, w, BUSY, current=["inv-1"]) == HeartbeatReply(queues=["a", "b"])
     seen = await row(registry, w.id)
     assert (seen.status, seen.current) == (BUSY, "inv-1")
+
+
+async def test_the_last_heartbeat_reports_what_the_daemon_runs_by_its_own_clock(
+    registry: ActorRef[WorkerMsg],
+) -> None:
+    w = await register(registry, "d1", "a")
+    assert await registry.ask(LastReport(w.id)) is None  # nothing heard since it started
+    await beat(registry, w, BUSY, current=["inv-1", "inv-2"], age_s=3)
+    report = await registry.ask(LastReport(w.id))
+    assert report.running == {"inv-1", "inv-2"}
+    assert abs((report.ts - ago(3)).total_seconds()) < 1  # the daemon's ts, as it sent it
+    await beat(registry, w, IDLE)
+    assert (await registry.ask(LastReport(w.id))).running == frozenset()
 
 
 async def test_a_heartbeat_of_an_unknown_worker_asks_it_to_register(

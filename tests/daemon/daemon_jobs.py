@@ -77,6 +77,20 @@ def checkpointing(path: str) -> str:
     return "never"
 
 
+def catches_its_stop(path: str) -> str:
+    """Sleeps for an hour; catches its stop by name (``lakeshore.RunStopped``), writes what
+    it caught, and lets the stop go on."""
+    import lakeshore
+
+    pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
+    try:
+        time.sleep(3600)
+    except lakeshore.RunStopped as e:
+        pathlib.Path(path).write_text(f"{type(e).__module__}.{type(e).__qualname__}: {e}")
+        raise
+    return "never"
+
+
 def sleeps(pid_path: str, deaf: bool = False) -> str:
     """Sleeps for an hour (``deaf``: with SIGTERM ignored, so only SIGKILL ends it)."""
     if deaf:

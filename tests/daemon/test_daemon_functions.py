@@ -92,6 +92,18 @@ async def test_a_cancelled_function_gets_run_stopped_and_its_finally_checkpoints
     )
 
 
+async def test_a_stopped_function_can_catch_lakeshore_run_stopped_by_name(
+    bench, daemons, tmp_path: Path
+):
+    q = await bench.queue("fn-catch-stop")
+    await daemons.start("solo", queues=[q])
+    caught = tmp_path / "caught"
+    spec = {**fn("catches_its_stop", str(caught)), "timeout_s": 1, "stop_grace_s": 30}
+    [inv_id] = await bench.submit(q, spec)
+    assert await bench.events.wait_final(inv_id) is EventType.FAILED
+    assert caught.read_text() == "lakeshore.errors.RunStopped: the run was stopped (SIGTERM)"
+
+
 async def test_a_timed_out_function_is_stopped_and_its_slot_freed(bench, daemons, tmp_path: Path):
     q = await bench.queue("fn-timeout")
     daemon = await daemons.start("solo", queues=[q])

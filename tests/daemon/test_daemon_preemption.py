@@ -65,6 +65,11 @@ async def test_a_sigkilled_daemons_run_is_lost_requeued_and_not_counted(
     assert "LAKESHORE_PREEMPTED=1" in job["attempts"][1]["error"]["message"]
     [done] = bench.events.of(EventType.SUCCEEDED, q)
     assert (await bench.result(inv_id, done.epoch)).value["LAKESHORE_PREEMPTED"] == "1"
+    # The heir's claim says what it took over, and why.
+    taken = [e.detail["took_over"] for e in bench.events.of(EventType.CLAIMED, q)
+             if "took_over" in (e.detail or {})]  # fmt: skip
+    assert [(t["attempt"], t["worker"]) for t in taken] == [(1, job["attempts"][0]["worker"])]
+    assert taken[0]["why"].startswith(("its daemon has been silent for", "its daemon is lost"))
 
 
 async def test_a_run_its_stopping_daemon_interrupts_is_preempted_and_not_counted(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
+import pytest
 from daemon_support import WAIT_S, J, alive, command, wait_gone, wait_pid
 from polling import eventually
 
@@ -159,3 +161,32 @@ async def test_a_timed_out_command_that_ignores_sigterm_fails_saying_it_was_sigk
         "timed out after 1 s",
         1,
     )
+
+
+#: Counts the SIGTERMs it gets: a line each in argv[1]; after the first it lingers a second
+#: (a second SIGTERM of the same stop comes within milliseconds), then exits 0.
+COUNTS_TERMS = """
+import os, pathlib, signal, sys, time
+terms, pid = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+signal.signal(signal.SIGTERM, lambda *_: terms.open("a").write("term\\n"))
+pid.write_text(f"{os.getpid()}\\n")
+while not terms.exists():
+    time.sleep(0.01)
+time.sleep(1.0)
+"""
+
+
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+async def test_a_stopped_command_gets_one_sigterm(bench, daemons, tmp_path: Path, stop: str):
+    q = await bench.queue(f"one-term-{stop}")
+    await daemons.start("solo", queues=[q])
+    terms, pid_file = tmp_path / "terms", tmp_path / "pid"
+    limits = {"stop_grace_s": 30, **({"timeout_s": 1} if stop == "timeout" else {})}
+    spec = command(sys.executable, "-c", COUNTS_TERMS, str(terms), str(pid_file), **limits)
+    [inv_id] = await bench.submit(q, spec)
+    pid = await wait_pid(pid_file)
+    if stop == "cancel":
+        await cancel_when_running(bench, inv_id)
+    await bench.events.wait_final(inv_id)
+    await wait_gone(pid)
+    assert terms.read_text() == "term\n"

@@ -38,13 +38,15 @@ async def submit(api: Any, queue: str, spec: dict[str, Any], namespace: str = "d
     return body["ids"][0]
 
 
-async def reaches(api: Any, job: str, state: str, namespace: str = "default") -> None:
-    """Wait until the job is shown in ``state``."""
+async def reaches(
+    api: Any, job: str, state: str, namespace: str = "default", wait_s: float = WAIT_S
+) -> None:
+    """Wait until the job is shown in ``state`` (for up to ``wait_s``)."""
 
     async def shown() -> str:
         return (await api.get(f"/v1/namespaces/{namespace}/jobs/{job}"))[1]["state"]
 
-    await eventually(shown, until=lambda s: s == state, timeout_s=WAIT_S, what=f"{job} {state}")
+    await eventually(shown, until=lambda s: s == state, timeout_s=wait_s, what=f"{job} {state}")
 
 
 async def logged(url: str, job: str, text: str, namespace: str = "default") -> None:

@@ -10,19 +10,24 @@ attempt stays the one whose completion counts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from nats.js.api import ConsumerInfo
 from natsauth import plane_nats
 from polling import eventually
 
+from lakeshore.actors.workers import Report
 from lakeshore.bus import subjects
 from lakeshore.daemon import DaemonSettings
+from lakeshore.services.jobs import let_go
 
 from . import running
-from .world import NS, WAIT_S, World
+from .world import NS, WAIT_S, Q, World
 
 STARTS = "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); "
 STARTS += "p.write_text(p.read_text() + 'started\\n' if p.exists() else 'started\\n'); "
@@ -78,3 +83,94 @@ async def test_a_peers_nak_of_a_running_delivery_does_not_run_it_twice(
             world.a.worker.id,
             1,
         )
+
+
+#: How long the runs a peer harasses last: long past any count of hand-backs.
+RUN_S = 180.0
+#: The peer's NAKs: this many, this far apart (a second execution once came after 13 s).
+BURST, BURST_GAP_S = 40, 0.4
+CHATTY = logging.getLogger("lakeshore.daemon.claimer")
+
+
+@pytest.mark.timeout(RUN_S + 120)
+async def test_a_peers_nak_burst_ack_and_term_leave_one_execution_whose_outcome_is_the_holders(
+    world: World, tmp_path: Path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger=CHATTY.name)
+    assert (await world.api.post(Q, {"name": "pair"}))[0] == 201
+    holder = DaemonSettings(
+        access=await world.join(world.peer_token, NS), name="holder", queues=["pair"],
+        concurrency=2, heartbeat_s=0.2, drain_timeout_s=0.5,
+    )  # fmt: skip
+    other = DaemonSettings(
+        access=await world.join(world.peer_token, NS), name="other", queues=["pair"],
+        concurrency=1, heartbeat_s=0.2, drain_timeout_s=0.5,
+    )  # fmt: skip
+    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
+    stream = subjects.queue_stream(NS, "pair")
+    starts = {name: tmp_path / name for name in ("nakked", "acked", "termed")}
+    script = STARTS.replace("time.sleep(60)", f"time.sleep({RUN_S}); print('done')")
+
+    async def shown(job: str) -> dict:
+        return (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]
+
+    async def reply(job: str, verb: bytes) -> None:
+        """The peer's verb on the delivery of ``job`` (its stream sequence, and a consumer
+        sequence the consumer has delivered)."""
+        attempt = (await shown(job))["attempts"][0]
+        nc = await plane_nats(world.url)
+        try:
+            info = await nc.jetstream().consumer_info(stream, "p0")
+        finally:
+            await nc.close()
+        dseq = info.delivered.consumer_seq
+        await peer.nc.publish(f"$JS.ACK.{stream}.p0.1.{attempt['seq']}.{dseq}.0.0", verb)
+        await peer.nc.flush()
+
+    def handed_back() -> int:
+        return sum("still held by" in r.getMessage() for r in caplog.records)
+
+    async with running.daemon(holder) as h:
+        jobs = {}
+        for name in ("nakked", "acked"):
+            command = [sys.executable, "-c", script, str(starts[name])]
+            jobs[name] = await running.submit(world.api, "pair", {"command": command})
+            await running.reaches(world.api, jobs[name], "running")
+        async with running.daemon(other):
+            # 40 NAKs of a running delivery: each redelivers it at once to the idle daemon,
+            # which asks who holds it and hands it back (before, it ran it after 12).
+            for _ in range(BURST):
+                await reply(jobs["nakked"], b"-NAK")
+                await asyncio.sleep(BURST_GAP_S)  # the burst's pace, not a wait on a state
+            await eventually(
+                handed_back, until=lambda n: n > 12, timeout_s=WAIT_S,
+                what="the NAKed delivery handed back more than 12 times",
+            )  # fmt: skip
+            # An ack removes the message from the work-queue stream; the run goes on.
+            await reply(jobs["acked"], b"+ACK")
+            for name, job in jobs.items():
+                await running.reaches(world.api, job, "succeeded", wait_s=RUN_S + 60)
+                assert starts[name].read_text() == "started\n", name
+                row = await shown(job)
+                assert row["worker"] == h.worker.id, name
+                assert [(a["worker"], a["outcome"]) for a in row["attempts"]] == [
+                    (h.worker.id, "succeeded")
+                ], (name, row["attempts"])
+            # A term of a running delivery: the same — the holder's completion is the outcome.
+            command = [sys.executable, "-c", STARTS.replace("60", "5"), str(starts["termed"])]
+            termed = await running.submit(world.api, "pair", {"command": command})
+            await eventually(starts["termed"].exists, until=bool, timeout_s=WAIT_S,
+                             what="the termed job started")  # fmt: skip
+            await reply(termed, b"+TERM")
+            await running.reaches(world.api, termed, "succeeded", wait_s=WAIT_S + 5)
+            assert starts["termed"].read_text() == "started\n"
+
+
+def test_a_holder_lets_a_run_go_only_by_a_heartbeat_sent_after_its_claim_without_it() -> None:
+    claimed = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    after, before = claimed + timedelta(seconds=1), claimed - timedelta(seconds=1)
+    assert let_go(Report(after, frozenset()), "j", claimed)
+    assert not let_go(Report(after, frozenset({"j"})), "j", claimed)
+    assert not let_go(Report(before, frozenset()), "j", claimed)  # sent before its claim
+    assert not let_go(None, "j", claimed)  # a new leader has heard nothing yet
+    assert not let_go(Report(after, frozenset()), "j", None)  # its claim is not recorded yet

@@ -4,9 +4,12 @@ NATS cannot keep one daemon from acking or NAKing another's delivery (every daem
 queue may publish on its stream's ``$JS.ACK.>``), so a redelivery does not prove its earlier
 attempt ended: a peer's NAK redelivers a running invocation at once. Before running one, the
 daemon asks who holds an earlier attempt (``ls.<ns>.held.<id>``); one still held by a live
-daemon is handed back with a delay (``nak``) rather than run a second time, and the
-running attempt stays the one whose completion counts. When the control plane does not
-answer, the redelivery runs: its absence must not stall recovery from a daemon's death.
+daemon is handed back with a delay (``nak``) rather than run a second time, however often a
+peer NAKs it and however long the run lasts, and the running attempt stays the one whose
+completion counts. A holder that let its run go (its heartbeat, sent after its claim, no
+longer lists it) or died (silent for ``lost_after_s``) holds nothing: the redelivery runs.
+When the control plane does not answer, the redelivery runs: its absence must not stall
+recovery from a daemon's death.
 
 The same answer tells how the earlier attempts ended (:class:`~.retries.Earlier`: how many
 count toward ``max_attempts``, how many were lost in a row, whether any was preempted or
@@ -27,15 +30,9 @@ from lakeshore.attempts import LOST_TOO_OFTEN_ERROR
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.policies.retries import UNKNOWN, Earlier
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import HeldAnswer, HeldAsk, Invocation, RemoteError
+from lakeshore.model import HeldAnswer, HeldAsk, Invocation, RemoteError, Takeover
 
 log = logging.getLogger(__name__)
-
-
-#: Hand-backs of one invocation past its held attempt before it runs anyway: a holder that
-#: is live but let its run go without a word (its result could not be stored through an
-#: outage, and its claim was left to a redelivery) must not keep it from running for ever.
-MAX_HAND_BACKS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +44,8 @@ class Redelivery:
     held: HeldAnswer | None
     #: how the earlier attempts ended
     earlier: Earlier
+    #: the earlier attempt this delivery takes over (its daemon died or let it go)
+    takeover: Takeover | None = None
 
 
 async def check_redelivery(bus: WorkBus, inv: Invocation, epoch: int, me: str) -> Redelivery:
@@ -73,17 +72,13 @@ async def check_redelivery(bus: WorkBus, inv: Invocation, epoch: int, me: str) -
         earlier = Earlier(
             counted=answer.counted, lost_in_row=answer.lost_in_row, preempted=answer.preempted
         )
-    return Redelivery(held=_held(answer, inv, epoch, me), earlier=earlier)
+    return Redelivery(held=_held(answer, me), earlier=earlier, takeover=answer.takeover)
 
 
-def _held(answer: HeldAnswer, inv: Invocation, epoch: int, me: str) -> HeldAnswer | None:
+def _held(answer: HeldAnswer, me: str) -> HeldAnswer | None:
+    """A live holder's answer, unless the holder is this daemon: an attempt it held itself
+    is one it let go (a daemon runs each delivery it claims)."""
     if answer.holder is None or answer.holder == me:
-        return None
-    if epoch - answer.epoch > MAX_HAND_BACKS:
-        log.warning(
-            "%s attempt %d: handed back %d times to %s (attempt %d); running it",
-            inv.id, epoch, epoch - answer.epoch - 1, answer.holder, answer.epoch,
-        )  # fmt: skip
         return None
     return answer
 
