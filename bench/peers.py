@@ -21,14 +21,17 @@ a fresh ``lakeshore server``. The peers share one private ``redis-server`` that 
 starts on a free loopback port (``--save '' --appendonly no``), flushed before each
 workload, and stops at the end.
 
-Install the peers (once)::
+Install the peers (once), in a venv of their own (the suite's ``.venv`` holds exactly the
+lock, which ``tests/test_lock.py`` checks)::
 
     apt-get install -y redis-server
-    .venv/bin/pip install 'dramatiq[redis]' 'celery[redis]'
+    python3 -m venv .venv-peers && .venv-peers/bin/pip install -r requirements/lock.txt \
+        && .venv-peers/bin/pip install --no-deps -e . \
+        && .venv-peers/bin/pip install 'dramatiq[redis]' 'celery[redis]'
 
 Run::
 
-    .venv/bin/python bench/peers.py [--n 10000] [--latency-n 500] [--quick]
+    .venv-peers/bin/python bench/peers.py [--n 10000] [--latency-n 500] [--quick]
         [--only dramatiq,celery,lakeshore-process,lakeshore-inline] [--concurrency 64]
         [--markdown]
 
@@ -68,7 +71,7 @@ QUICK_N, QUICK_LATENCY_N = 500, 50
 #: Bounds: the first warm-up round trip waits for the workers to start.
 START_TIMEOUT_S, ROUND_TRIP_TIMEOUT_S, DRAIN_TIMEOUT_S, STOP_GRACE_S = 60, 30, 600, 15
 _BIN = Path(sys.executable).parent
-_INSTALL = ".venv/bin/pip install 'dramatiq[redis]' 'celery[redis]'"
+_INSTALL = ".venv-peers/bin/pip install 'dramatiq[redis]' 'celery[redis]' (see bench/peers.py)"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,12 @@ class Caller:
     def token_id(self) -> str:
         return self.token.id
 
+    @property
+    def name(self) -> str:
+        """Who it is, as a person reads it: ``bob's CI (tok-…)``, or the token's id alone."""
+        t = self.token
+        return f"{t.description} ({t.id})" if t.description else t.id
+
 
 class Access:
     """The one owner of namespace and token rows, with an in-memory view of both.

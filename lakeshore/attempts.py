@@ -6,8 +6,9 @@ the one that succeeded. One stopped through no fault of its own does not:
 
 * ``preempted``: its daemon stopped or retired and interrupted it (the ``retrying`` event
   with reason ``interrupted``);
-* ``lost``: its daemon died under it (SIGKILL, the machine gone) and the claim was
-  redelivered.
+* ``lost``: its daemon died under it (SIGKILL, the machine gone): the control plane sent
+  it back to the queue when it declared the daemon lost (the ``retrying`` event with reason
+  ``lost``), or the claim was redelivered.
 
 Lost attempts in a row are a poison pill's mark: an invocation whose daemon dies under it
 ``max_lost`` times in a row ends ``failed`` with reason ``lost_too_often``
@@ -31,6 +32,9 @@ COUNTED = frozenset({"retrying", "failed", "succeeded"})
 PREEMPTED, LOST = "preempted", "lost"
 #: The ``retrying`` event's ``reason`` of a run its stopping daemon interrupted.
 INTERRUPTED = "interrupted"
+#: The ``retrying`` event's ``reason`` of a run whose daemon was declared lost: the control
+#: plane's, which sends the invocation back to the queue then (not a lease later).
+LOST_DAEMON = "lost"
 #: The ``failed`` event's ``reason`` of a poison pill.
 LOST_TOO_OFTEN = "lost_too_often"
 #: The error type of a poison pill's ``Result``.

@@ -165,6 +165,10 @@ def kept_claims(claims: Iterable[Claim], started_epoch: int) -> tuple[Claim, ...
     return tuple(sorted({c for c in claims if c[0] >= started_epoch}))
 
 
+#: An ``epoch`` above every real one: :func:`open_claim` of it is the newest open claim.
+ANY_EPOCH = 2**62
+
+
 def open_claim(fence: Fence | None, epoch: int) -> Claim | None:
     """The claim of the latest attempt before ``epoch`` that has not ended: no outcome of
     the invocation, no ``retrying`` of that attempt (nor anything of a later one) accepted.

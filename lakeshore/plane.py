@@ -71,6 +71,7 @@ from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
+from lakeshore.services.lost_runs import LostRuns
 from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
 from lakeshore.store.images import EVENTS_LOG
@@ -415,12 +416,21 @@ class ControlPlane:
         )
         stack.push_async_callback(runtime.shutdown)
         metrics, recorder = replica.metrics, replica.recorder
+        lost_runs = LostRuns(
+            bus,
+            recorder,
+            store,
+            lost_after_s=settings.lost_after_s,
+            ack_wait_s=settings.ack_wait_s,
+        )
+        stack.push_async_callback(lost_runs.close)
         workers = await runtime.spawn(
             WorkerRegistry(
                 store,
                 lost_after_s=settings.lost_after_s,
                 launch_timeout_s=settings.launch_timeout_s,
                 quotas=settings.quotas,
+                on_lost=lost_runs.lost,
             )
         )
         runtime.every(settings.heartbeat_s, workers, Sweep())

@@ -30,52 +30,51 @@ FALLBACK_ROWS: list[tuple[int, str, str]] = [
     (1, "daemon SIGKILL mid-run, 5 times during a run of N",
      "lost 0; recorded completions = N; redelivery within ack_wait + 2 heartbeats"),
     (2, "daemon cut from NATS (TCP proxy: blackhole, then reset), then healed",
-     "lost 0; double-recorded 0; stale results all recorded stale; the daemon pulls again "
-     "≤ 10 s after heal"),
+     "lost 0; double-recorded 0; stale results all recorded stale; the daemon pulls again ≤ 10 s "
+     "after heal"),
     (3, "daemon SIGSTOP past its lease, then SIGCONT (20 times)",
      "0 completions accepted from a superseded attempt; each shows as `stale`"),
     (4, "nats-server SIGTERM / SIGKILL mid-run, restarted on its store",
      "every acknowledged submit finishes once; daemons resume ≤ 10 s"),
     (5, "3-node cluster (deploy/ configs) loses the stream leader, then 2 of 3 nodes",
-     "1 node: submits stall ≤ 10 s, 0 loss; 2 nodes: submits answer 503 within 5 s, none "
-     "2xx; recovery ≤ 15 s after quorum returns"),
+     "1 node: submits stall ≤ 10 s, 0 loss; 2 nodes: submits answer 503 within 5 s, none 2xx; "
+     "recovery ≤ 15 s after quorum returns"),
     (6, "control plane SIGKILL at each step of submit (fault points set by an env var) and at "
      "random during a 500-submit loop with SDK retries",
-     "every 2xx submit runs and is recorded once; every retried submit with its key makes "
-     "≤ 1 invocation; ready again ≤ 5 s"),
+     "every 2xx submit runs and is recorded once; every retried submit with its key makes ≤ 1 "
+     "invocation; ready again ≤ 5 s"),
     (7, "DuckDB after SIGKILL during writes (50 times); truncated WAL; a second server on the "
-     "same data dir; server and its NATS SIGKILLed together during keyed submits (issue 21)",
-     "reopens with every committed row; a bad WAL refuses to start with a clear message "
-     "(never starts with rows missing); the second server exits non-zero ≤ 2 s saying the "
-     "store is in use; every execution shows as its own attempt"),
+     "same data dir",
+     "reopens with every committed row; a bad WAL refuses to start with a clear message (never "
+     "starts with rows missing); the second server exits non-zero ≤ 2 s saying the store is in "
+     "use"),
     (8, "duplicate submits: 50 concurrent with one key; a retry after a restart; a retry after "
      "the stream's dedup window; same key with another body",
      "exactly one invocation and the same id every time; another body → 409"),
     (9, "clock skew: a daemon at ±10 min wall clock; the control plane's wall clock jumps",
      "0 premature redeliveries; times shown are the server's"),
     (10, "slow work: a run of 3 × ack_wait; a blocked function; one slow and one fast daemon",
-     "0 redeliveries while progress is sent; a daemon never holds more claims than its free "
-     "slots"),
-    (11, "huge input: body at the limit ± 1 byte, 100 MiB chunked, JSON nested 10⁵ deep, a "
-     "5 MiB result",
-     "exact 413 boundary; deep nesting → 4xx; a too-large result is a clear failed run, "
-     "never a stuck one"),
+     "0 redeliveries while progress is sent; a daemon never holds more claims than its free slots"),
+    (11, "huge input: body at the limit ± 1 byte, 100 MiB chunked, JSON nested 10⁵ deep, a 5 MiB "
+     "result",
+     "exact 413 boundary; deep nesting → 4xx; a too-large result is a clear failed run, never a "
+     "stuck one"),
     (12, "fuzzed requests: schemathesis over `/v1/openapi.json` (all checks), bounded, in CI",
      "0 5xx; 0 tracebacks; every error body in the spec's shape"),
-    (13, "names: `.`, `*`, `>`, space, `/`, `..`, `\\x00`, uppercase, 64+ chars, a trailing "
-     "`-`, unicode look-alikes",
+    (13, "names: `.`, `*`, `>`, space, `/`, `..`, `\\x00`, uppercase, 64+ chars, a trailing `-`, "
+     "unicode look-alikes",
      "all refused 4xx (CLI exit 2 before any network call); 0 NATS errors caused by a name"),
-    (14, "numbers out of range in every field (`max_depth` 2³¹, 2⁶³, −1; `elasticity.max` "
-     "10²⁰; `limit` `²`)",
+    (14, "numbers out of range in every field (`max_depth` 2³¹, 2⁶³, −1; `elasticity.max` 10²⁰; "
+     "`limit` `²`)",
      "4xx naming the field and its range; no actor crash"),
     (15, "unknown namespace / other org's token / sibling token on every route, HTTP and NATS",
-     "matrix generated from the route table: other org 403, unknown 404, sibling allowed, "
-     "bad token 401, 0 side effects"),
+     "matrix generated from the route table: other org 403, unknown 404, sibling allowed, bad "
+     "token 401, 0 side effects"),
     (16, "path traversal and SQL in every parameter",
      "0 2xx; data dir unchanged outside Lakeshore's files; row counts unchanged"),
     (17, "50 concurrent PATCH + 10 DELETE + drain/archive on one queue, 100 rounds",
-     "0 5xx; final row = some serial order of the 2xx calls; 0 streams without a row and 0 "
-     "rows without a stream"),
+     "0 5xx; final row = some serial order of the 2xx calls; 0 streams without a row and 0 rows "
+     "without a stream"),
     (18, "`rm --force` with 3 members, 50 pending, 3 running",
      "pending end `cancelled` with reason `queue_deleted`; running finish or cancel as "
      "documented; stream gone ≤ 5 s"),
@@ -88,12 +87,16 @@ FALLBACK_ROWS: list[tuple[int, str, str]] = [
      "poison ends `failed` (dead letter) after exactly max_attempts; 100/100 others succeed"),
     (22, "disk full under the NATS store or the DuckDB file (small tmpfs or an ENOSPC fault "
      "point)",
-     "submits fail 503/507 with the reason; nothing half-written; recovers by itself ≤ 10 s "
-     "after space returns"),
-    (23, "one org floods the plane: 100k pending + 1,500 concurrent result waits (HTTP and "
-     "NATS)",
-     "another org's p99 for its reads and its daemons' heartbeats ≤ 2 × idle; 0 5xx to it; "
-     "the flooder gets 429s, not the others"),
+     "submits fail 503/507 with the reason; nothing half-written; recovers by itself ≤ 10 s after"
+     " space returns"),
+    (23, "one org floods the plane: 100k pending + 1,500 concurrent result waits (HTTP and NATS)",
+     "another org's p99 for its reads and its daemons' heartbeats ≤ 2 × idle; 0 5xx to it; the "
+     "flooder gets 429s, not the others"),
+    (24, "the only control plane SIGKILLed (NATS running on its own) during W1 and W2",
+     "SDK submits and results go on with 0 errors; on its return the history has every run: 0 "
+     "lost, 0 double-recorded"),
+    (25, "control plane SIGKILLed between a parent's end and its children's release (50 times)",
+     "each child runs exactly once; none stays waiting"),
 ]  # fmt: skip
 
 #: A row with more cases than this shows their names, not each one's description.

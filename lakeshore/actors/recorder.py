@@ -89,11 +89,22 @@ class Unfinished(Struct, frozen=True):
     id: str
 
 
+class HeldBy(Struct, frozen=True):
+    """Answered with ``(invocation id, epoch)`` of every unfinished invocation of
+    ``namespace`` whose newest open attempt (:func:`~lakeshore.fencing.open_claim`) ``worker``
+    claimed: what it was running when it was lost. No store query."""
+
+    namespace: str
+    worker: str
+
+
 class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
-RecorderMsg = WaitFinished | WaitRecorded | Settled | Knows | Unfinished | GetStats | Compact
+RecorderMsg = (
+    WaitFinished | WaitRecorded | Settled | Knows | Unfinished | HeldBy | GetStats | Compact
+)
 
 
 class RecorderStats(Struct, frozen=True, kw_only=True):
@@ -197,6 +208,13 @@ class Recorder(Actor[RecorderMsg]):
                 return (ns, inv_id) in self._unfinished or (ns, inv_id) in self._finished
             case Unfinished(namespace=ns, id=inv_id):
                 return self._unfinished.get((ns, inv_id))
+            case HeldBy(namespace=ns, worker=worker):
+                held = []
+                for (key_ns, inv_id), fence in self._unfinished.items():
+                    claim = fencing.open_claim(fence, fencing.ANY_EPOCH) if key_ns == ns else None
+                    if claim is not None and claim[1] == worker:
+                        held.append((inv_id, claim[0]))
+                return held
             case GetStats():
                 return self._stats()
             case Compact():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -222,8 +223,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
         persist_every_s: float = 5.0,
         clock: Callable[[], datetime] = now,
         quotas: Quotas = DEFAULT_QUOTAS,
+        on_lost: Callable[[Worker], None] | None = None,
     ) -> None:
         self._store = store
+        #: told of each worker once its lost row is stored (its runs go back to their queues)
+        self._on_lost = on_lost
         self._quotas = quotas
         #: namespace -> org, read once per namespace (``daemons_per_org`` counts per org)
         self._orgs: dict[str, str] = {}
@@ -246,6 +250,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._leases: dict[str, list[StealGrant]] = {}
         #: each worker's latest heartbeat's report, in memory only (the next one replaces it)
         self._reports: dict[str, Report] = {}
+        #: when each worker's latest heartbeat came, by the monotonic clock: a wall clock
+        #: that jumps must not send the runs of live daemons back to their queues
+        self._heard_mono: dict[str, float] = {}
         #: when this registry began answering heartbeats: silence before it is not counted
         self._since = clock()
 
@@ -387,6 +394,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         if worker.status is WorkerStatus.LOST and status is not WorkerStatus.STOPPED:
             log.info("worker %s (%s) is back", worker.name, worker.id)
         self._reports[worker.id] = Report(hb.ts, frozenset(hb.current))
+        self._heard_mono[worker.id] = time.monotonic()
         current = hb.current[0] if hb.current else None
         # The server's clock, not the daemon's (which may be minutes off): liveness and the
         # times shown are all the server's.
@@ -441,6 +449,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         for w in lost:
             self._rows[w.id] = w
             self._unsaved.discard(w.id)
+            self._lost(w)
         return lost
 
     def _launch_overdue(self, w: Worker, ts: datetime) -> bool:
@@ -462,7 +471,18 @@ class WorkerRegistry(Actor[WorkerMsg]):
     async def _lose(self, w: Worker, extra: dict[str, Any]) -> Worker:
         new = await self._explain_loss(w, extra)
         await self._save(new)
+        self._lost(new)
         return new
+
+    def _lost(self, w: Worker) -> None:
+        self._reports.pop(w.id, None)
+        heard = self._heard_mono.pop(w.id, None)
+        if heard is not None and time.monotonic() - heard < self._lost_after.total_seconds():
+            # Lost by the wall clock, which jumped: it heartbeats still, its runs stay.
+            log.warning("worker %s: its last heartbeat is recent by the monotonic clock", w.id)
+            return
+        if self._on_lost is not None:
+            self._on_lost(w)
 
     async def _explain_loss(self, w: Worker, extra: dict[str, Any]) -> Worker:
         """Append the ``daemon_lost`` events of ``w``; answers its lost row (not written).

@@ -189,6 +189,11 @@ class InMemoryBus:
         stream = self._streams.get((namespace, queue))
         return stream is not None and stream.messages.pop(seq, None) is not None
 
+    async def redeliver_now(self, namespace: str, queue: str, seq: int) -> bool:
+        """Nothing is ever claimed here (daemons pull from NATS only)."""
+        self._check()
+        return False
+
     async def nudge(self, namespace: str, queue: str) -> None:
         self._check()
         self.nudges.append((namespace, queue))

@@ -358,14 +358,30 @@ class NatsBus:
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
         async with self._errors(f"delete message {seq} of {namespace}/{queue}"):
-            try:
-                return await self._js.delete_msg(subjects.queue_stream(namespace, queue), seq)
-            except (jse.NotFoundError, jse.BadRequestError):
+            stream = subjects.queue_stream(namespace, queue)
+            return bool(await _unless_gone(self._js.delete_msg(stream, seq)))
+
+    async def redeliver_now(self, namespace: str, queue: str, seq: int) -> bool:
+        """NAK the claimed invocation ``seq`` on its daemon's behalf (its daemon is lost).
+
+        JetStream has no call for it; a NAK names the message by its stream sequence and a
+        delivery sequence of its consumer (any one the consumer has delivered and not acked
+        past), so it is sent as the daemon would have sent it, on the level's consumer read
+        from the message's subject. The NAK is a publish JetStream does not answer: the
+        answer is whether the message is claimed now."""
+        stream = subjects.queue_stream(namespace, queue)
+        async with self._errors(f"hand invocation {seq} of {namespace}/{queue} back"):
+            msg = await _unless_gone(self._js.get_msg(stream, seq))
+            if msg is None:
                 return False
-            except jse.APIError as e:
-                if e.err_code == ERR_NO_MESSAGE:  # already acked, deleted or past the end
-                    return False
-                raise
+            consumer = subjects.level_consumer(int(msg.subject.rsplit(".p", 1)[1]))
+            info = await self._js.consumer_info(stream, consumer)
+            if seq <= info.ack_floor.stream_seq or seq > info.delivered.stream_seq:
+                return False  # never delivered, or acked
+            dseq = info.delivered.consumer_seq
+            await self._nc.publish(f"$JS.ACK.{stream}.{consumer}.1.{seq}.{dseq}.0.0", b"-NAK")
+            await self._nc.flush()
+            return True
 
     async def nudge(self, namespace: str, queue: str) -> None:
         """Wake idle daemons of ``queue`` (core NATS, best effort)."""
@@ -492,3 +508,16 @@ class NatsErrors:
         if isinstance(exc, (nats.errors.Error, jse.Error, TimeoutError, OSError)):
             raise Unavailable(f"NATS did not answer while trying to {self._what}: {exc}") from exc
         return False
+
+
+async def _unless_gone(call: Awaitable[T]) -> T | None:
+    """What ``call`` on one stored message answers; ``None`` when the message is not stored
+    (already acked, deleted, or past the end)."""
+    try:
+        return await call
+    except (jse.NotFoundError, jse.BadRequestError):
+        return None
+    except jse.APIError as e:
+        if e.err_code == ERR_NO_MESSAGE:
+            return None
+        raise

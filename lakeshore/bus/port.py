@@ -100,6 +100,10 @@ class Bus(Protocol):
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
 
+    async def redeliver_now(self, namespace: str, queue: str, seq: int) -> bool:
+        """Make the claimed invocation ``seq`` deliverable again at once (its daemon is lost:
+        it would otherwise wait out its lease); ``False`` when it is not claimed now."""
+
     async def nudge(self, namespace: str, queue: str) -> None:
         """Wake idle daemons of ``queue`` (best effort)."""
 

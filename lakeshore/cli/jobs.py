@@ -108,6 +108,9 @@ def job_block(job: Job) -> str:
         del pairs["retried_by"]
     if pairs.get("stopping", "") is None:
         del pairs["stopping"]  # only while a stop runs
+    for key in ("isolation", "cancelled_by"):  # a function's; a cancelled job's
+        if pairs.get(key, "") is None:
+            del pairs[key]
     text = output.block(pairs.items())
     if attempts is None:
         return text
@@ -161,9 +164,12 @@ def show_result(answer: Result | Job, body: Any, fmt: str, *, printed: bool = Fa
         output.emit(fmt, body, lambda: "")
     if isinstance(answer, Job):
         reason = f" ({answer.pending_reason})" if answer.pending_reason else ""
+        # Lost and preempted attempts do not count: "attempt 2 of 1" would read as a bug.
+        counted = getattr(answer, "counted_attempts", None)
+        tally = f" ({counted} of {answer.max_attempts} counted)" if counted is not None else ""
         raise LakeshoreError(
             f"invocation {answer.id} has not finished: it is {answer.state}{reason}, "
-            f"attempt {answer.attempt} of {answer.max_attempts}; wait with "
+            f"attempt {answer.attempt}{tally}; wait with "
             f"`lakeshore jobs result {answer.id} --wait SECONDS`"
         )
     if fmt == "table" and not printed:

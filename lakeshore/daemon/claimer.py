@@ -14,7 +14,9 @@ from: one naming another namespace or queue (a control plane tricked into publis
 there) is refused — its ``failed`` event, saying why, is stored in the stream's namespace,
 then the message is terminated — and never run.
 
-A redelivery (a delivery count above 1) is checked with the control plane first
+A redelivery of an invocation this daemon runs now (a peer's NAK of its delivery) is handed
+back at once: one daemon never runs an invocation twice at the same time. Any other
+redelivery (a delivery count above 1) is checked with the control plane first
 (:mod:`.policies.redelivery`): one whose earlier attempt a live daemon still holds is handed
 back; a poison pill (``max_lost`` attempts lost in a row) is not run but ends ``failed``
 with reason ``lost_too_often`` — its ``Result`` put, its ``failed`` event stored, then the
@@ -49,6 +51,10 @@ from lakeshore.model import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A redelivery of what this daemon runs comes back after this long (seconds); by then the
+#: run has ended and its ack removed the message, or it is handed back again.
+MINE_RETRY_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +92,16 @@ class Claimer:
     """
 
     def __init__(
-        self, bus: WorkBus, namespace: str, on_nudge: Callable[[], None], *, worker_id: str
+        self,
+        bus: WorkBus,
+        namespace: str,
+        on_nudge: Callable[[], None],
+        *,
+        worker_id: str,
+        runs_here: Callable[[str], bool] = lambda _: False,
     ) -> None:
         self._bus = bus
+        self._runs_here = runs_here
         self._ns = namespace
         self._worker_id = worker_id
         self._on_nudge = on_nudge
@@ -260,6 +273,15 @@ class Claimer:
         meta = msg.metadata
         epoch = meta.num_delivered
         earlier, takeover = FIRST, None
+        if epoch > 1 and self._runs_here(inv.id):
+            # A peer's NAK (or the control plane's, for a daemon it took for lost) of the run
+            # this daemon holds: never a second execution beside it, whoever answers what.
+            log.info(
+                "%s attempt %d: it runs here; handed back for %.0f s",
+                inv.id, epoch, MINE_RETRY_S,
+            )  # fmt: skip
+            await self._bus.nak(msg, MINE_RETRY_S)
+            return None
         if epoch > 1:
             check = await check_redelivery(self._bus, inv, epoch, self._worker_id)
             if (held := check.held) is not None:

@@ -48,6 +48,8 @@ class Cancel(Struct, frozen=True):
     """Stop this invocation if it runs here; it ends as ``cancelled``."""
 
     invocation_id: str
+    #: who cancelled it, as the cancelled event names them
+    by: str | None = None
 
 
 class Retire(Struct, frozen=True):
@@ -130,6 +132,10 @@ class Dispatcher:
         current = {j.id for j in self._jobs.values()} | self._claimer.in_hand()
         return Snapshot(status=status, current=sorted(current), ts=now())
 
+    def runs(self, invocation_id: str) -> bool:
+        """Whether a claim of ``invocation_id`` is running or settling here."""
+        return any(j.id == invocation_id for j in self._jobs.values())
+
     @property
     def retiring(self) -> bool:
         return self._drain_deadline is not None
@@ -186,12 +192,12 @@ class Dispatcher:
                     await self._claimer.set_membership(queues, steal)
                 except LakeshoreError as e:
                     log.warning("membership %s not applied yet: %s", queues, e)
-            case Cancel(invocation_id=inv_id):
+            case Cancel(invocation_id=inv_id, by=by):
                 jobs = [j for j in self._jobs.values() if j.id == inv_id]
                 if not jobs:
                     log.info("cancel of %s: not running here", inv_id)
                 for job in jobs:
-                    job.stop(Stop.CANCEL)
+                    job.stop(Stop.CANCEL, by=by)
             case Retire(reason=reason):
                 if self._drain_deadline is None:
                     loop = asyncio.get_running_loop()

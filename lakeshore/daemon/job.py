@@ -125,6 +125,7 @@ class Job:
         self._on_ran = on_ran
         self._ctx = ctx
         self._stop: Stop | None = None
+        self._cancelled_by: str | None = None
         self._run: asyncio.Task[Outcome] | None = None
         #: the run's output and how it was stopped, once it has started
         self._capture: Capture | None = None
@@ -137,9 +138,12 @@ class Job:
         #: executions apart once a crashed server has restarted the delivery count
         self.run_id = secrets.token_hex(4)
 
-    def stop(self, why: Stop) -> None:
+    def stop(self, why: Stop, *, by: str | None = None) -> None:
         """Stop the run (if it is still running) and settle the claim as ``why`` says;
-        ``INTERRUPT`` also ends a wait for the outcome's event to be stored."""
+        ``INTERRUPT`` also ends a wait for the outcome's event to be stored. ``by``: who
+        cancelled it (the cancelled event names them)."""
+        if why is Stop.CANCEL and self._cancelled_by is None:
+            self._cancelled_by = by
         if why is Stop.INTERRUPT and not self._out_of_time:
             self._out_of_time = True
             if self._recording is not None:
@@ -271,6 +275,8 @@ class Job:
         """The ``cancelled`` event's detail; a command that ran gets its ``Result`` stored
         first, with what it printed (a failed put is logged: the cancel stands)."""
         detail: dict[str, Any] = {"seq": self.claim.seq}
+        if self._cancelled_by is not None:
+            detail["by"] = self._cancelled_by
         capture = self._capture
         if capture is None:  # stopped before it started
             return detail

@@ -164,7 +164,11 @@ async def _serve(
     )
     # The nudge callback reaches the dispatcher built just below (called only later).
     claimer = Claimer(
-        bus, settings.namespace, on_nudge=lambda: dispatcher.wake(), worker_id=worker.id
+        bus,
+        settings.namespace,
+        on_nudge=lambda: dispatcher.wake(),
+        worker_id=worker.id,
+        runs_here=lambda inv_id: dispatcher.runs(inv_id),
     )
     dispatcher = Dispatcher(
         claimer,
@@ -285,7 +289,7 @@ async def _stop_now_on(refused: asyncio.Event, dispatcher: Dispatcher, bus: Work
 
 def _on_control(order: DaemonControl, dispatcher: Dispatcher) -> None:
     if order.cancel:
-        dispatcher.tell(Cancel(order.cancel))
+        dispatcher.tell(Cancel(order.cancel, by=order.by))
     if order.retire:
         dispatcher.tell(Retire("retire ordered"))
 

@@ -72,9 +72,7 @@ async def result(request: web.Request) -> web.Response:
 )  # fmt: skip
 async def cancel(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    done = await request.app[JOBS].cancel(
-        ns.name, request.match_info["id"], caller(request).token_id
-    )
+    done = await request.app[JOBS].cancel(ns.name, request.match_info["id"], caller(request).name)
     return reply(done.job, status=202 if done.stopping else 200)
 
 

@@ -89,6 +89,8 @@ class DaemonControl(Struct, frozen=True, kw_only=True):
 
     #: stop this invocation if it runs here
     cancel: str | None = None
+    #: who cancelled it (the token's name), recorded on the attempt
+    by: str | None = None
     #: finish the current invocations, then exit
     retire: bool = False
 

@@ -289,6 +289,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     worker_name: str | None = None
     #: its stop, once SIGTERM was sent (kept after it ended)
     stopping: Stopping | None = None
+    #: cancelled: who asked (the cancelling token's name)
+    cancelled_by: str | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):
@@ -333,6 +335,11 @@ class JobDetail(Job, frozen=True, kw_only=True):
     #: running only, while its attempt's stop runs: "cancel requested; SIGTERM sent 4 s
     #: ago, SIGKILL in 6 s"
     stopping: str | None = None
+    #: cancelled only: who asked (the cancelling token's name)
+    cancelled_by: str | None = None
+    #: a function's: ``process`` (a worker process of its daemon) or ``inline`` (a thread
+    #: of the daemon: no run variables, no live log, no re-import, no isolation)
+    isolation: str | None = None
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

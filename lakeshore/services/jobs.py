@@ -248,6 +248,9 @@ class JobService:
         """
         record = await self._record(namespace, job_id)
         job = await self._shown(record.job)
+        if job.fn is not None:
+            isolation = (record.submitted or {}).get("isolation") or "process"
+            job = msgspec.structs.replace(job, isolation=isolation)
         return _named(job, await self._worker_names(namespace, [job]))
 
     async def result(
@@ -406,7 +409,7 @@ class JobService:
                 f"job {job.id!r} is already {job.state.value}; there is nothing to cancel"
             )
         if job.state is InvocationState.RUNNING:
-            await self._stop_run(namespace, job)
+            await self._stop_run(namespace, job, actor)
             return Cancelled(summary(job), stopping=True)
         if record.seq is None:
             raise Conflict(f"job {job.id!r} has no queue message recorded yet; retry in a moment")
@@ -417,7 +420,7 @@ class JobService:
         if not removed and job.worker is not None:
             # A daemon claimed it meanwhile: the cancel stands (it was recorded first), so the
             # run it started is now pointless.
-            await self._stop_run(namespace, job)
+            await self._stop_run(namespace, job, actor)
         if job.state is InvocationState.CANCELLED:
             return Cancelled(summary(job), stopping=False)
         if job.state in TERMINAL_STATES:
@@ -527,10 +530,11 @@ class JobService:
             return None
         return stored
 
-    async def _stop_run(self, namespace: str, job: Job) -> None:
+    async def _stop_run(self, namespace: str, job: Job, actor: str | None) -> None:
         if job.worker is None:
             raise Conflict(f"job {job.id!r} is running but its worker is not recorded yet")
-        await self._bus.send_control(namespace, job.worker, DaemonControl(cancel=job.id))
+        order = DaemonControl(cancel=job.id, by=actor)
+        await self._bus.send_control(namespace, job.worker, order)
 
     async def _shown(self, job: JobDetail) -> JobDetail:
         if job.state is InvocationState.RUNNING:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 import msgspec
 
-from lakeshore.attempts import INTERRUPTED, LOST_TOO_OFTEN, PREEMPTED, tally
+from lakeshore.attempts import INTERRUPTED, LOST, LOST_DAEMON, LOST_TOO_OFTEN, PREEMPTED, tally
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
     RETRIED_STATES,
@@ -100,6 +100,8 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
     state = InvocationState(rec["state"])
     rec["attempts"], rec["stale"] = _attempts(events, finished=state in TERMINAL_STATES)
     rec["counted_attempts"] = tally(rec["attempts"]).counted
+    if state is InvocationState.CANCELLED:
+        rec["cancelled_by"] = _cancelled_by(events)
     if state in RETRIED_STATES:  # only these are retried: no scan on a result's wait
         # A retry is submitted after its job: only the newer ids can name it.
         retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
@@ -243,11 +245,19 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             why, grace_s = detail.get("why") or "stopped", detail.get("grace_s") or 0.0
             a["stopping"] = {"why": why, "since": ts, "grace_s": grace_s}
         if type_ in _COMPLETIONS:
-            interrupted = type_ == EventType.RETRYING and detail.get("reason") == INTERRUPTED
-            a["outcome"], a["ended_at"] = PREEMPTED if interrupted else type_, ts
+            reason = detail.get("reason") if type_ == EventType.RETRYING else None
+            outcome = {INTERRUPTED: PREEMPTED, LOST_DAEMON: LOST}.get(reason, type_)
+            a["outcome"], a["ended_at"] = outcome, ts
+            if reason == LOST_DAEMON and (heard := detail.get("last_heard")):
+                # The run's end as far as anyone knows: not the lost mark after it.
+                a["ended_at"] = max(datetime.fromisoformat(heard), a.get("started_at") or ts)
             if (error := _error(detail.get("error"))) is not None:
                 a["error"] = error
-        elif type_ == EventType.STALE and a["outcome"] is None:
+            if type_ == EventType.CANCELLED and detail.get("by"):
+                a["cancelled_by"] = detail["by"]
+        elif type_ == EventType.STALE and a["outcome"] in (None, LOST):
+            # A daemon taken for lost that comes back and completes late: its completion was
+            # refused, which says more than the loss.
             a["outcome"], a["ended_at"] = "stale", ts
     ordered = sorted(runs.values(), key=lambda a: a["epoch"])  # stable: claims in time order
     number = 0
@@ -256,6 +266,14 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         if a["outcome"] is None:
             a["outcome"] = "running" if a is ordered[-1] and not finished else "lost"
     return [msgspec.convert(a, Attempt) for a in ordered], stale
+
+
+def _cancelled_by(events: list[tuple[Any, ...]]) -> str | None:
+    """Who cancelled: the ``by`` of its first ``cancelled`` event that names one."""
+    for type_, *_, raw in events:
+        if type_ == EventType.CANCELLED and (by := (_rows.from_json(raw) or {}).get("by")):
+            return by
+    return None
 
 
 def _run_of(runs: dict[_Run, dict[str, Any]], epoch: int) -> _Run:

@@ -54,9 +54,15 @@ async def test_a_worker_process_is_replaced_after_max_runs_per_process(bench, da
 async def test_an_inline_function_runs_on_a_daemon_thread(bench, daemons):
     q = await bench.queue("fn-inline")
     await daemons.start("solo", queues=[q])
-    [inv_id] = await bench.submit(q, {**fn("whoami"), "isolation": "inline"})
+    [inv_id, isolated] = await bench.submit(q, {**fn("whoami"), "isolation": "inline"}, fn("noop"))
     assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
-    assert (await bench.result(inv_id, 1)).value["pid"] == os.getpid()
+    seen = (await bench.result(inv_id, 1)).value
+    # As documented: the daemon's own process, and no run variables.
+    assert (seen["pid"], seen["job"], seen["mark"]) == (os.getpid(), None, False)
+    await bench.job_state(inv_id, "succeeded")
+    assert (await bench.api.get(f"{J}/{inv_id}"))[1]["isolation"] == "inline"
+    assert await bench.events.wait_final(isolated) is EventType.SUCCEEDED
+    assert (await bench.api.get(f"{J}/{isolated}"))[1]["isolation"] == "process"
 
 
 async def test_inline_is_refused_for_a_command_and_a_bad_isolation_names_the_field(bench):

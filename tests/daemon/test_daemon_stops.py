@@ -34,7 +34,11 @@ async def test_a_cancelled_command_that_traps_sigterm_checkpoints_and_ends_cance
     )
     [inv_id] = await bench.submit(q, command("sh", "-c", script, stop_grace_s=60))
     pid = await wait_pid(pid_file)
-    await cancel_when_running(bench, inv_id)
+    # Cancelled with a token of its own, whose name the job and its attempt then show.
+    made = (await bench.api.post("/v1/namespaces/default/tokens", {"description": "notebook"}))[1]
+    await bench.job_state(inv_id, "running")
+    status, body = await bench.api.request("POST", f"{J}/{inv_id}/cancel", token=made["token"])
+    assert status == 202, body
     assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
     assert checkpoint.read_text() == "step 7\n"
     await wait_gone(pid)
@@ -50,6 +54,9 @@ async def test_a_cancelled_command_that_traps_sigterm_checkpoints_and_ends_cance
     job = (await bench.api.get(f"{J}/{inv_id}"))[1]
     assert job["error"]["message"] == message
     assert [a["outcome"] for a in job["attempts"]] == ["cancelled"]
+    # Who cancelled: the token's name, on the job and on its attempt.
+    by = f"notebook ({made['id']})"
+    assert job["cancelled_by"] == job["attempts"][0]["cancelled_by"] == by
 
 
 async def test_while_the_grace_runs_the_job_shows_its_stop_and_the_attempt_keeps_it(

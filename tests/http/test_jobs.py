@@ -227,7 +227,8 @@ async def test_result_answers_202_once_wait_s_has_passed(jobs: Jobs) -> None:
 
 async def test_cancelling_a_pending_job_removes_it(jobs: Jobs) -> None:
     [inv, kept] = await jobs.submit("q", 2)
-    status, body = await jobs.api.post(f"{J}/{inv}/cancel")
+    made = (await jobs.api.post(f"/v1/namespaces/{NS}/tokens", {"description": "ci"}))[1]
+    status, body = await jobs.api.request("POST", f"{J}/{inv}/cancel", token=made["token"])
     assert (status, body["state"]) == (200, "cancelled")
     info = await jobs.js.stream_info("LS_default_q")
     assert info.state.messages == 1
@@ -236,6 +237,8 @@ async def test_cancelling_a_pending_job_removes_it(jobs: Jobs) -> None:
     status, body = await jobs.api.post(f"{J}/{inv}/cancel")
     assert status == 409 and "already cancelled" in body["error"]["message"]
     assert (await jobs.api.get(f"{J}/{kept}"))[1]["state"] == "pending"
+    # Who cancelled it: the token the request came with.
+    assert (await jobs.api.get(f"{J}/{inv}"))[1]["cancelled_by"] == f"ci ({made['id']})"
 
 
 async def test_cancelling_a_running_job_tells_its_daemon(jobs: Jobs) -> None:
@@ -246,7 +249,8 @@ async def test_cancelling_a_running_job_tells_its_daemon(jobs: Jobs) -> None:
     assert (status, body["state"], body["worker"]) == (202, "running", "w-abc")
     async with asyncio.timeout(WAIT_S):
         msg = await control.next_msg(timeout=WAIT_S)
-    assert msgspec.json.decode(msg.data, type=DaemonControl).cancel == inv
+    order = msgspec.json.decode(msg.data, type=DaemonControl)
+    assert order.cancel == inv and order.by  # the canceller, for the daemon to record
     await control.unsubscribe()
 
 

@@ -174,3 +174,36 @@ def test_a_holder_lets_a_run_go_only_by_a_heartbeat_sent_after_its_claim_without
     assert not let_go(Report(before, frozenset()), "j", claimed)  # sent before its claim
     assert not let_go(None, "j", claimed)  # a new leader has heard nothing yet
     assert not let_go(Report(after, frozenset()), "j", None)  # its claim is not recorded yet
+
+
+async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_back(
+    world: World, tmp_path: Path, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger=CHATTY.name)
+    assert (await world.api.post(Q, {"name": "solo"}))[0] == 201
+    solo = DaemonSettings(
+        access=await world.join(world.peer_token, NS), name="solo", queues=["solo"],
+        concurrency=2, heartbeat_s=0.2, drain_timeout_s=0.5,
+    )  # fmt: skip
+    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
+    stream = subjects.queue_stream(NS, "solo")
+    starts = tmp_path / "starts"
+    async with running.daemon(solo):
+        command = [sys.executable, "-c", STARTS, str(starts)]
+        job = await running.submit(world.api, "solo", {"command": command})
+        await running.reaches(world.api, job, "running")
+        await eventually(starts.exists, until=bool, timeout_s=WAIT_S, what="the job started")
+        [attempt] = (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["attempts"]
+        nc = await plane_nats(world.url)
+        try:
+            dseq = (await nc.jetstream().consumer_info(stream, "p0")).delivered.consumer_seq
+        finally:
+            await nc.close()
+        # Its daemon has a free slot: the redelivery comes back to it, which runs it already.
+        await peer.nc.publish(f"$JS.ACK.{stream}.p0.1.{attempt['seq']}.{dseq}.0.0", b"-NAK")
+        await peer.nc.flush()
+        await eventually(
+            lambda: any("it runs here" in r.getMessage() for r in caplog.records),
+            until=bool, timeout_s=WAIT_S, what="the redelivery handed back by its own daemon",
+        )  # fmt: skip
+        assert starts.read_text() == "started\n"

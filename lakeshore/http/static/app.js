@@ -2,7 +2,19 @@
 // (lib.js), re-read every POLL_MS without reloading the page. No build step, no
 // dependencies.
 
-import { $, NS_KEY, TOKEN_KEY, api, enc, get, h, namespace, nsPath, onUnauthorized } from "./lib.js";
+import {
+  $,
+  NS_KEY,
+  TOKEN_KEY,
+  api,
+  clock,
+  enc,
+  get,
+  h,
+  namespace,
+  nsPath,
+  onUnauthorized,
+} from "./lib.js";
 import { VIEWS } from "./views.js";
 
 const POLL_MS = 1500;
@@ -25,7 +37,7 @@ async function tick(gen) {
     if (gen !== generation) return;
     paint();
     $("#error").textContent = "";
-    $("#live").textContent = `live · ${new Date().toLocaleTimeString()}`;
+    $("#live").textContent = `live · ${clock(Date.now())}`;
   } catch (e) {
     if (gen !== generation) return;
     $("#error").textContent = e.message;

@@ -209,7 +209,11 @@ export async function jobView(el, params, [id]) {
       <div class="grid">
         <div class="card">${kv([
           ["queue", h(job.queue)], ["what", `<code>${h(job.fn || (job.command || []).join(" "))}</code>`],
-          ["priority", job.priority], ["attempt", `${job.attempt} of ${job.max_attempts}`],
+          ["priority", job.priority],
+          // Lost and preempted attempts do not count toward max_attempts.
+          ["attempt", `${job.attempt} (${job.counted_attempts} of ${job.max_attempts} counted)`],
+          ...(job.isolation ? [["isolation", h(job.isolation)]] : []),
+          ...(job.cancelled_by ? [["cancelled by", h(job.cancelled_by)]] : []),
           ["daemon", daemon(job.worker, job.worker_name)], ["submitted", clock(job.submitted_at)],
           ["started", clock(job.started_at)], ["finished", clock(job.finished_at)],
           ["stale completions", job.stale], ...pending, ...links,

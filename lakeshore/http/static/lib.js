@@ -35,8 +35,10 @@ export function duration(s) {
   return `${Math.floor(s / 3600)}h ${Math.round((s % 3600) / 60)}m`;
 }
 
+// A moment as the CLI shows it: date, time and zone, in UTC ("2026-12-06 02:50:43 UTC").
 export function clock(ts) {
-  return ts ? new Date(ts).toLocaleTimeString() : "–";
+  if (ts === null || ts === undefined || ts === "") return "–";
+  return new Date(ts).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
 }
 
 export function enc(name) {
@@ -199,8 +201,8 @@ export function linePlot(id, series, label) {
   const axis = `<line x1="${pad.l}" y1="${H - pad.b}" x2="${W - pad.r}" y2="${H - pad.b}" stroke="#dde3ea"/>
     <text x="${pad.l - 6}" y="${pad.t + 8}" text-anchor="end">${Number(top.toPrecision(3))}</text>
     <text x="${pad.l - 6}" y="${H - pad.b}" text-anchor="end">0</text>
-    <text x="${pad.l}" y="${H - 6}">${h(new Date(t0).toLocaleTimeString())}</text>
-    <text x="${W - pad.r}" y="${H - 6}" text-anchor="end">${h(new Date(t1).toLocaleTimeString())}</text>
+    <text x="${pad.l}" y="${H - 6}">${h(clock(t0))}</text>
+    <text x="${W - pad.r}" y="${H - 6}" text-anchor="end">${h(clock(t1))}</text>
     <text x="${W / 2}" y="${H - 6}" text-anchor="middle">${h(label)}</text>`;
   return `<div class="legend">${legend}</div>
     <svg id="${id}" class="plot" viewBox="0 0 ${W} ${H}">${axis}${lines}</svg>`;
