@@ -27,7 +27,7 @@ from lakeshore.daemon import DaemonSettings
 from lakeshore.services.jobs import let_go
 
 from . import running
-from .world import NS, WAIT_S, Q, World
+from .world import NS, WAIT_S, Client, Q, World
 
 STARTS = "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); "
 STARTS += "p.write_text(p.read_text() + 'started\\n' if p.exists() else 'started\\n'); "
@@ -92,22 +92,39 @@ BURST, BURST_GAP_S = 40, 0.4
 CHATTY = logging.getLogger("lakeshore.daemon.claimer")
 
 
+async def _member(world: World, name: str, queue: str, concurrency: int) -> DaemonSettings:
+    """A daemon of the victim's namespace pulling from ``queue``."""
+    access = await world.join(world.peer_token, NS)
+    return DaemonSettings(
+        access=access, name=name, queues=[queue], concurrency=concurrency, heartbeat_s=0.2,
+        drain_timeout_s=0.5,
+    )  # fmt: skip
+
+
+async def _peer_reply(world: World, peer: Client, queue: str, job: str, verb: bytes) -> None:
+    """A peer's ``verb`` (``-NAK``, ``+ACK``, ``+TERM``) on the delivery of ``job``: its
+    stream sequence, and a consumer sequence the consumer has delivered (what JetStream
+    checks)."""
+    attempt = (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["attempts"][0]
+    stream = subjects.queue_stream(NS, queue)
+    nc = await plane_nats(world.url)
+    try:
+        dseq = (await nc.jetstream().consumer_info(stream, "p0")).delivered.consumer_seq
+    finally:
+        await nc.close()
+    await peer.nc.publish(f"$JS.ACK.{stream}.p0.1.{attempt['seq']}.{dseq}.0.0", verb)
+    await peer.nc.flush()
+
+
 @pytest.mark.timeout(RUN_S + 120)
 async def test_a_peers_nak_burst_ack_and_term_leave_one_execution_whose_outcome_is_the_holders(
     world: World, tmp_path: Path, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger=CHATTY.name)
     assert (await world.api.post(Q, {"name": "pair"}))[0] == 201
-    holder = DaemonSettings(
-        access=await world.join(world.peer_token, NS), name="holder", queues=["pair"],
-        concurrency=2, heartbeat_s=0.2, drain_timeout_s=0.5,
-    )  # fmt: skip
-    other = DaemonSettings(
-        access=await world.join(world.peer_token, NS), name="other", queues=["pair"],
-        concurrency=1, heartbeat_s=0.2, drain_timeout_s=0.5,
-    )  # fmt: skip
+    holder = await _member(world, "holder", "pair", concurrency=2)
+    other = await _member(world, "other", "pair", concurrency=1)
     peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
-    stream = subjects.queue_stream(NS, "pair")
     starts = {name: tmp_path / name for name in ("nakked", "acked", "termed")}
     script = STARTS.replace("time.sleep(60)", f"time.sleep({RUN_S}); print('done')")
 
@@ -115,17 +132,7 @@ async def test_a_peers_nak_burst_ack_and_term_leave_one_execution_whose_outcome_
         return (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]
 
     async def reply(job: str, verb: bytes) -> None:
-        """The peer's verb on the delivery of ``job`` (its stream sequence, and a consumer
-        sequence the consumer has delivered)."""
-        attempt = (await shown(job))["attempts"][0]
-        nc = await plane_nats(world.url)
-        try:
-            info = await nc.jetstream().consumer_info(stream, "p0")
-        finally:
-            await nc.close()
-        dseq = info.delivered.consumer_seq
-        await peer.nc.publish(f"$JS.ACK.{stream}.p0.1.{attempt['seq']}.{dseq}.0.0", verb)
-        await peer.nc.flush()
+        await _peer_reply(world, peer, "pair", job, verb)
 
     def handed_back() -> int:
         return sum("still held by" in r.getMessage() for r in caplog.records)
@@ -181,27 +188,16 @@ async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_
 ) -> None:
     caplog.set_level(logging.INFO, logger=CHATTY.name)
     assert (await world.api.post(Q, {"name": "solo"}))[0] == 201
-    solo = DaemonSettings(
-        access=await world.join(world.peer_token, NS), name="solo", queues=["solo"],
-        concurrency=2, heartbeat_s=0.2, drain_timeout_s=0.5,
-    )  # fmt: skip
+    solo = await _member(world, "solo", "solo", concurrency=2)
     peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
-    stream = subjects.queue_stream(NS, "solo")
     starts = tmp_path / "starts"
     async with running.daemon(solo):
         command = [sys.executable, "-c", STARTS, str(starts)]
         job = await running.submit(world.api, "solo", {"command": command})
         await running.reaches(world.api, job, "running")
         await eventually(starts.exists, until=bool, timeout_s=WAIT_S, what="the job started")
-        [attempt] = (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]["attempts"]
-        nc = await plane_nats(world.url)
-        try:
-            dseq = (await nc.jetstream().consumer_info(stream, "p0")).delivered.consumer_seq
-        finally:
-            await nc.close()
         # Its daemon has a free slot: the redelivery comes back to it, which runs it already.
-        await peer.nc.publish(f"$JS.ACK.{stream}.p0.1.{attempt['seq']}.{dseq}.0.0", b"-NAK")
-        await peer.nc.flush()
+        await _peer_reply(world, peer, "solo", job, b"-NAK")
         await eventually(
             lambda: any("it runs here" in r.getMessage() for r in caplog.records),
             until=bool, timeout_s=WAIT_S, what="the redelivery handed back by its own daemon",
