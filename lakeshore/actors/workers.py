@@ -167,6 +167,8 @@ class Report(NamedTuple):
 
     ts: datetime
     running: frozenset[str]
+    #: when it came, by this process's monotonic clock (a wall clock may jump)
+    heard: float = 0.0
 
 
 class LastReport(Struct, frozen=True):
@@ -248,11 +250,9 @@ class WorkerRegistry(Actor[WorkerMsg]):
         self._retiring: set[str] = set()
         #: steal leases by worker id, as the controller last set them
         self._leases: dict[str, list[StealGrant]] = {}
-        #: each worker's latest heartbeat's report, in memory only (the next one replaces it)
+        #: each live worker's latest heartbeat's report, in memory only (the next one
+        #: replaces it; a stopped or lost worker's is dropped)
         self._reports: dict[str, Report] = {}
-        #: when each worker's latest heartbeat came, by the monotonic clock: a wall clock
-        #: that jumps must not send the runs of live daemons back to their queues
-        self._heard_mono: dict[str, float] = {}
         #: when this registry began answering heartbeats: silence before it is not counted
         self._since = clock()
 
@@ -393,8 +393,10 @@ class WorkerRegistry(Actor[WorkerMsg]):
             status = WorkerStatus.RETIRING
         if worker.status is WorkerStatus.LOST and status is not WorkerStatus.STOPPED:
             log.info("worker %s (%s) is back", worker.name, worker.id)
-        self._reports[worker.id] = Report(hb.ts, frozenset(hb.current))
-        self._heard_mono[worker.id] = time.monotonic()
+        if status is WorkerStatus.STOPPED:
+            self._reports.pop(worker.id, None)
+        else:
+            self._reports[worker.id] = Report(hb.ts, frozenset(hb.current), time.monotonic())
         current = hb.current[0] if hb.current else None
         # The server's clock, not the daemon's (which may be minutes off): liveness and the
         # times shown are all the server's.
@@ -475,10 +477,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
         return new
 
     def _lost(self, w: Worker) -> None:
-        self._reports.pop(w.id, None)
-        heard = self._heard_mono.pop(w.id, None)
-        if heard is not None and time.monotonic() - heard < self._lost_after.total_seconds():
-            # Lost by the wall clock, which jumped: it heartbeats still, its runs stay.
+        report = self._reports.pop(w.id, None)
+        silent_s = time.monotonic() - report.heard if report is not None else None
+        if silent_s is not None and silent_s < self._lost_after.total_seconds():
+            # Lost by the wall clock, which jumped: a wall clock that jumps must not send
+            # the runs of a daemon that heartbeats still back to their queues.
             log.warning("worker %s: its last heartbeat is recent by the monotonic clock", w.id)
             return
         if self._on_lost is not None:

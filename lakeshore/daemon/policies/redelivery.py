@@ -77,7 +77,8 @@ async def check_redelivery(bus: WorkBus, inv: Invocation, epoch: int, me: str) -
 
 def _held(answer: HeldAnswer, me: str) -> HeldAnswer | None:
     """A live holder's answer, unless the holder is this daemon: an attempt it held itself
-    is one it let go (a daemon runs each delivery it claims)."""
+    and does not run now is one it let go (a redelivery of what it runs now is handed back
+    before the control plane is asked: ``Claimer.runs_here``)."""
     if answer.holder is None or answer.holder == me:
         return None
     return answer
