@@ -35,6 +35,7 @@ from lakeshore.actors.base import Actor, Later
 from lakeshore.errors import AlreadyExists, Invalid, LakeshoreError, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    ClaimMark,
     Heartbeat,
     HeartbeatReply,
     StealGrant,
@@ -162,10 +163,9 @@ class Placed(Struct, frozen=True):
 
 
 class Report(NamedTuple):
-    """What a daemon's latest heartbeat said it runs, stamped by the daemon's own clock (the
-    clock its claims are stamped by)."""
+    """What a daemon's latest heartbeat said it runs, and the latest claim it had taken."""
 
-    ts: datetime
+    claims: ClaimMark | None
     running: frozenset[str]
     #: when it came, by this process's monotonic clock (a wall clock may jump)
     heard: float = 0.0
@@ -396,7 +396,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
         if status is WorkerStatus.STOPPED:
             self._reports.pop(worker.id, None)
         else:
-            self._reports[worker.id] = Report(hb.ts, frozenset(hb.current), time.monotonic())
+            self._reports[worker.id] = Report(hb.claims, frozenset(hb.current), time.monotonic())
         current = hb.current[0] if hb.current else None
         # The server's clock, not the daemon's (which may be minutes off): liveness and the
         # times shown are all the server's.

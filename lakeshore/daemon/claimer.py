@@ -26,6 +26,7 @@ message terminated; any other carries how its earlier attempts ended (:attr:`Cla
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +41,7 @@ from lakeshore.daemon.policies.retries import FIRST, Earlier
 from lakeshore.errors import Forbidden, LakeshoreError, QueueNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    ClaimMark,
     EventBatch,
     EventType,
     Invocation,
@@ -79,6 +81,8 @@ class Claim:
     delivered_at: datetime | None = None
     #: the earlier attempt this one takes over (its daemon died, or let it go)
     takeover: Takeover | None = None
+    #: its place in this daemon process's claims (heartbeats carry the latest)
+    mark: ClaimMark | None = None
 
 
 class Claimer:
@@ -113,6 +117,8 @@ class Claimer:
         self._nudges: Subscriptions | None = None
         self._unavailable = False
         self._in_hand: set[str] = set()
+        self._boot = secrets.token_hex(6)
+        self._claims = 0
 
     @property
     def queues(self) -> list[str]:
@@ -220,9 +226,13 @@ class Claimer:
                 self._layouts[queue] = layout
         return layout
 
+    def latest(self) -> ClaimMark | None:
+        """The mark of the latest claim taken (``None``: none yet)."""
+        return ClaimMark(self._boot, self._claims) if self._claims else None
+
     def in_hand(self) -> set[str]:
         """The invocations claimed and not yet handed to the dispatcher (:meth:`handed_over`):
-        a heartbeat reports them as running, since their claim's time is already taken."""
+        a heartbeat reports them as running, since their claim is already marked."""
         return set(self._in_hand)
 
     def handed_over(self, claims: list[Claim]) -> None:
@@ -251,10 +261,13 @@ class Claimer:
         if (inv.namespace, inv.queue) != (self._ns, queue):
             await self._refuse(msg, inv, queue)
             return None
-        # Its claim's time is taken: every heartbeat from now on reports it as running (the
-        # control plane reads a later report without it as its daemon having let it go).
+        # Its claim is marked: every heartbeat from now on reports it as running until it
+        # ends (the control plane reads a report past its mark without it as its daemon
+        # having let it go).
+        self._claims += 1
+        mark = ClaimMark(self._boot, self._claims)
         self._in_hand.add(inv.id)
-        claim = await self._vet(msg, inv, queue, level, layout, stolen, delivered_at)
+        claim = await self._vet(msg, inv, queue, level, layout, stolen, (delivered_at, mark))
         if claim is None:
             self._in_hand.discard(inv.id)
         return claim
@@ -267,7 +280,7 @@ class Claimer:
         level: int,
         layout: QueueLayout,
         stolen: bool,
-        delivered_at: datetime,
+        taken: tuple[datetime, ClaimMark],
     ) -> Claim | None:
         """The claim of a redelivery is run only if the control plane's answer says so."""
         meta = msg.metadata
@@ -305,8 +318,9 @@ class Claimer:
             ack_wait_s=layout.ack_wait_s,
             stolen=stolen,
             earlier=earlier,
-            delivered_at=delivered_at,
+            delivered_at=taken[0],
             takeover=takeover,
+            mark=taken[1],
         )
 
     async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:

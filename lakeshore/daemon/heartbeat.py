@@ -25,7 +25,15 @@ from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Dispatcher, Membership, Retire
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import Heartbeat, HeartbeatReply, Worker, WorkerRegister, WorkerStatus, now
+from lakeshore.model import (
+    ClaimMark,
+    Heartbeat,
+    HeartbeatReply,
+    Worker,
+    WorkerRegister,
+    WorkerStatus,
+    now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +96,7 @@ class Heartbeater:
         """Send one heartbeat and apply its reply; ``None`` when nobody answered."""
         snap = self._dispatcher.snapshot()
         try:
-            reply = await self._send(snap.status, snap.current, snap.ts)
+            reply = await self._send(snap.status, snap.current, snap.ts, snap.claims)
         except LakeshoreError as e:
             if not self._failing:
                 log.warning("heartbeat not answered: %s", e)
@@ -139,7 +147,11 @@ class Heartbeater:
             self._dispatcher.tell(Retire(why))
 
     async def _send(
-        self, status: WorkerStatus, current: list[str], ts: datetime | None = None
+        self,
+        status: WorkerStatus,
+        current: list[str],
+        ts: datetime | None = None,
+        claims: ClaimMark | None = None,
     ) -> HeartbeatReply:
         hb = Heartbeat(
             worker_id=self.worker.id,
@@ -147,6 +159,7 @@ class Heartbeater:
             status=status,
             current=current,
             ts=ts or now(),
+            claims=claims,
             renew=self._credential.due(),
         )
         return await self._bus.heartbeat(hb)

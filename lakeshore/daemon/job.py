@@ -156,7 +156,11 @@ class Job:
     async def run(self) -> None:
         """The whole lifecycle. Never raises except for its own task's cancellation."""
         c = self.claim
-        detail = {"seq": c.seq, "level": c.level, **({"stolen": True} if c.stolen else {})}
+        detail: dict[str, Any] = {"seq": c.seq, "level": c.level}
+        if c.stolen:
+            detail["stolen"] = True
+        if c.mark is not None:
+            detail["mark"] = [c.mark.boot, c.mark.n]
         log.info("%s: claimed from %s/p%d%s", self._label, c.queue, c.level, _STOLEN[c.stolen])
         if (t := c.takeover) is not None:
             # An event of its own kind would need its own fencing: the claim says it.

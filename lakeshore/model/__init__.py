@@ -17,6 +17,7 @@ from lakeshore.model.access import (
 from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
 from lakeshore.model.daemon import (
     BusAccess,
+    ClaimMark,
     DaemonAccess,
     DaemonControl,
     DaemonJoin,
@@ -125,6 +126,7 @@ __all__ = [
     "DaemonControl",
     "DaemonJoin",
     "EventBatch",
+    "ClaimMark",
     "EventType",
     "FastResult",
     "FastSubmit",

@@ -9,6 +9,21 @@ from msgspec import Struct
 from lakeshore.model.workers import WorkerStatus
 
 
+class ClaimMark(Struct, frozen=True, array_like=True):
+    """A claim's place in its daemon process's order: the process (``boot``, new at each
+    start) and how many claims it had taken with this one (``n``). A heartbeat carries the
+    latest mark, so a report at or past an attempt's mark was made after that claim — no
+    clock is compared (a daemon's may be skewed, and the history shifts skewed times)."""
+
+    boot: str
+    n: int
+
+    def seen_by(self, latest: ClaimMark) -> bool:
+        """A report whose latest mark is ``latest`` was made after this claim (the same
+        process, as far or further) or by a later process of the same worker."""
+        return latest.boot != self.boot or latest.n >= self.n
+
+
 class Heartbeat(Struct, frozen=True, kw_only=True):
     """Daemon → WorkerRegistry on ``ls.<ns>.hb.<worker-id>``, every ``heartbeat_s``."""
 
@@ -18,6 +33,8 @@ class Heartbeat(Struct, frozen=True, kw_only=True):
     #: ids of the invocations running now
     current: list[str] = []
     ts: datetime
+    #: the latest claim this daemon process took (``None``: none yet)
+    claims: ClaimMark | None = None
     #: the daemon's NATS credential, sent when it is past half its life to get a new one
     renew: str | None = None
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
+from lakeshore.model.daemon import ClaimMark
 from lakeshore.model.names import DEFAULT_MAX_LOST, DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
 from lakeshore.model.redact import redacted_fields, redacted_repr
 
@@ -291,6 +292,9 @@ class Attempt(Struct, frozen=True, kw_only=True):
     stopping: Stopping | None = None
     #: cancelled: who asked (the cancelling token's name)
     cancelled_by: str | None = None
+    #: the claim's place in its daemon process's claims (``[boot, n]``): a heartbeat of
+    #: that daemon at or past it that does not list the job means the daemon let it go
+    claim_mark: ClaimMark | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):

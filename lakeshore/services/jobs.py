@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
@@ -34,6 +33,7 @@ from lakeshore.fencing import open_claim
 from lakeshore.model import (
     TERMINAL_STATES,
     BatchTally,
+    ClaimMark,
     DaemonControl,
     HeldAnswer,
     InvocationState,
@@ -291,8 +291,8 @@ class JobService:
         holds it while the registry has not seen it stop or go silent (``lost_after_s``),
         however long the run lasts — unless a heartbeat it sent after it claimed the attempt
         no longer lists the invocation: then it let the run go without a word (its outcome
-        could not be stored through an outage) and the redelivery runs. The claim's time and
-        the heartbeat's are both the holder's own clock.
+        could not be stored through an outage) and the redelivery runs. "After" is judged by
+        the claim's mark (:class:`~lakeshore.model.ClaimMark`), not by clocks.
 
         The answer also tallies the earlier attempts from the history
         (:func:`~lakeshore.attempts.tally`, read once the Recorder has caught up with the
@@ -323,7 +323,7 @@ class JobService:
         if left_s < 0:
             return taken_over(f"its daemon has been silent for {silent_s:.0f} s")
         report = await self._workers.ask(LastReport(worker))
-        if let_go(report, job_id, claim_time(record, held_epoch, worker)):
+        if let_go(report, job_id, claim_mark(record, held_epoch, worker)):
             return taken_over("its daemon no longer runs it")
         retry_s = min(HELD_RETRY_S, max(HELD_MIN_RETRY_S, left_s))
         return msgspec.structs.replace(answer, holder=worker, epoch=held_epoch, retry_s=retry_s)
@@ -579,25 +579,18 @@ def summary(job: Job) -> Job:
     return Job(**{k: v for k, v in fields.items() if k in Job.__struct_fields__})
 
 
-def claim_time(record: JobRecord | None, epoch: int, worker: str) -> datetime | None:
-    """When ``worker`` took attempt ``epoch`` (its own clock); ``None``: not in the history."""
+def claim_mark(record: JobRecord | None, epoch: int, worker: str) -> ClaimMark | None:
+    """The mark of ``worker``'s claim of attempt ``epoch``; ``None``: not in the history."""
     if record is None:
         return None
-    times = [
-        a.claimed_at or a.started_at
-        for a in record.job.attempts
-        if a.epoch == epoch and a.worker == worker
-    ]
-    return min((t for t in times if t is not None), default=None)
+    marks = [a.claim_mark for a in record.job.attempts if a.epoch == epoch and a.worker == worker]
+    return next((m for m in marks if m is not None), None)
 
 
-def let_go(report: Report | None, job_id: str, claimed_at: datetime | None) -> bool:
-    """Its holder's heartbeat, sent after the claim, no longer lists the invocation. Without
-    a report or the claim's time, the holder is taken at its word: it holds the run."""
-    if report is None or claimed_at is None or job_id in report.running:
+def let_go(report: Report | None, job_id: str, mark: ClaimMark | None) -> bool:
+    """Its holder's heartbeat, made after the claim (at or past its mark), no longer lists
+    the invocation. Without a report or the claim's mark, the holder is taken at its word:
+    it holds the run."""
+    if report is None or report.claims is None or mark is None or job_id in report.running:
         return False
-    return _utc(report.ts) > _utc(claimed_at)
-
-
-def _utc(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    return mark.seen_by(report.claims)

@@ -239,6 +239,7 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         a["seq"] = a["seq"] or detail.get("seq")
         if type_ == EventType.CLAIMED and "claimed_at" not in a:
             a["claimed_at"] = ts
+            a["claim_mark"] = detail.get("mark")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
         if type_ == EventType.STOPPING and "stopping" not in a:
@@ -248,13 +249,17 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             reason = detail.get("reason") if type_ == EventType.RETRYING else None
             outcome = {INTERRUPTED: PREEMPTED, LOST_DAEMON: LOST}.get(reason, type_)
             a["outcome"], a["ended_at"] = outcome, ts
-            if reason == LOST_DAEMON and (heard := detail.get("last_heard")):
-                # The run's end as far as anyone knows: not the lost mark after it.
-                a["ended_at"] = max(datetime.fromisoformat(heard), a.get("started_at") or ts)
+            if reason == LOST_DAEMON:
+                a["ended_at"] = _last_heard(detail, a, ts)
             if (error := _error(detail.get("error"))) is not None:
                 a["error"] = error
             if type_ == EventType.CANCELLED and detail.get("by"):
                 a["cancelled_by"] = detail["by"]
+        elif type_ == EventType.STALE and detail.get("reason") == LOST_DAEMON:
+            # The control plane's own lost mark, refused because the heir's claim came
+            # first (the lease ran out before the lost mark): the attempt is lost all the same.
+            if a["outcome"] is None:
+                a["outcome"], a["ended_at"] = LOST, _last_heard(detail, a, ts)
         elif type_ == EventType.STALE and a["outcome"] in (None, LOST):
             # A daemon taken for lost that comes back and completes late: its completion was
             # refused, which says more than the loss.
@@ -266,6 +271,14 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         if a["outcome"] is None:
             a["outcome"] = "running" if a is ordered[-1] and not finished else "lost"
     return [msgspec.convert(a, Attempt) for a in ordered], stale
+
+
+def _last_heard(detail: dict[str, Any], attempt: dict[str, Any], ts: datetime) -> datetime:
+    """A lost attempt's end as far as anyone knows: its daemon's last heartbeat, not the
+    lost mark after it (never before the run's start)."""
+    if not (heard := detail.get("last_heard")):
+        return ts
+    return max(datetime.fromisoformat(heard), attempt.get("started_at") or ts)
 
 
 def _cancelled_by(events: list[tuple[Any, ...]]) -> str | None:

@@ -30,6 +30,7 @@ from lakeshore.errors import AlreadyExists, Internal, Invalid, InvalidName, Work
 from lakeshore.model import (
     DEFAULT_QUEUE,
     QUEUED,
+    ClaimMark,
     Heartbeat,
     HeartbeatReply,
     StealGrant,
@@ -60,11 +61,12 @@ async def beat(
     *,
     age_s: float = 0.0,
     current: list[str] | None = None,
+    claims: ClaimMark | None = None,
 ) -> HeartbeatReply:
     """A heartbeat heard ``age_s`` seconds ago by the registry's clock (the daemon's own
     ``ts`` is not trusted)."""
     hb = Heartbeat(worker_id=worker.id, namespace=worker.namespace, status=status,
-                   current=current or [], ts=ago(age_s))  # fmt: skip
+                   current=current or [], ts=ago(age_s), claims=claims)  # fmt: skip
     WALL.offset_s = -age_s
     try:
         return await registry.ask(Beat(hb))
@@ -157,10 +159,10 @@ async def test_the_last_heartbeat_reports_what_the_daemon_runs_by_its_own_clock(
 ) -> None:
     w = await register(registry, "d1", "a")
     assert await registry.ask(LastReport(w.id)) is None  # nothing heard since it started
-    await beat(registry, w, BUSY, current=["inv-1", "inv-2"], age_s=3)
+    await beat(registry, w, BUSY, current=["inv-1", "inv-2"], age_s=3, claims=ClaimMark("b", 4))
     report = await registry.ask(LastReport(w.id))
     assert report.running == {"inv-1", "inv-2"}
-    assert abs((report.ts - ago(3)).total_seconds()) < 1  # the daemon's ts, as it sent it
+    assert report.claims == ClaimMark("b", 4)  # the daemon's latest claim, as it sent it
     await beat(registry, w, IDLE)
     assert (await registry.ask(LastReport(w.id))).running == frozenset()
 

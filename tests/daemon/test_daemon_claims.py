@@ -125,3 +125,26 @@ async def test_a_nudge_that_came_before_the_work_could_be_pulled_is_checked_agai
     inv = Invocation(id=new_id(), namespace=NS, queue=q, fn="daemon_jobs:noop", submitted_at=now())
     await bench.js.publish(subjects.level_subject(NS, q, 0), codec.encode(inv))
     assert await bench.events.wait_final(inv.id) is EventType.SUCCEEDED
+
+
+async def test_each_claim_is_marked_in_its_daemons_order_and_heartbeats_carry_the_latest(
+    bench, daemons, api
+):
+    """The mark (process, ordinal) is what the control plane compares to judge whether a
+    heartbeat was sent after a claim: no clock takes part (a skewed daemon's claim times are
+    shifted onto the server's clock in the history, its heartbeat times are not)."""
+    q = await bench.queue("claims-marks")
+    daemon = await daemons.start("marker", queues=[q], concurrency=1)
+    ids = await bench.submit(q, *[fn("noop")] * 3)
+    await bench.events.wait_count(EventType.SUCCEEDED, 3, queue=q)
+    marks = {e.invocation_id: e.detail["mark"] for e in bench.events.of(EventType.CLAIMED, q)}
+    assert sorted(n for _, n in marks.values()) == [1, 2, 3]
+    assert len({boot for boot, _ in marks.values()}) == 1
+    for inv_id in ids:
+        status, job = await api.get(f"/v1/namespaces/{NS}/jobs/{inv_id}")
+        assert status == 200 and job["attempts"][0]["claim_mark"] == marks[inv_id]
+    heart = daemon.running.heartbeater
+    async with asyncio.timeout(WAIT_S):
+        await heart.wait_beats(1)
+    latest = daemon.running.dispatcher.snapshot().claims
+    assert latest is not None and [latest.boot, latest.n] == max(marks.values(), key=lambda m: m[1])

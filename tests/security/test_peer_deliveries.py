@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from polling import eventually
 from lakeshore.actors.workers import Report
 from lakeshore.bus import subjects
 from lakeshore.daemon import DaemonSettings
+from lakeshore.model import ClaimMark
 from lakeshore.services.jobs import let_go
 
 from . import running
@@ -174,13 +174,20 @@ async def test_a_peers_nak_burst_ack_and_term_leave_one_execution_whose_outcome_
 
 
 def test_a_holder_lets_a_run_go_only_by_a_heartbeat_sent_after_its_claim_without_it() -> None:
-    claimed = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
-    after, before = claimed + timedelta(seconds=1), claimed - timedelta(seconds=1)
-    assert let_go(Report(after, frozenset()), "j", claimed)
-    assert not let_go(Report(after, frozenset({"j"})), "j", claimed)
-    assert not let_go(Report(before, frozenset()), "j", claimed)  # sent before its claim
-    assert not let_go(None, "j", claimed)  # a new leader has heard nothing yet
-    assert not let_go(Report(after, frozenset()), "j", None)  # its claim is not recorded yet
+    """ "After" is the claim's mark in its daemon process's order, never a clock: a daemon
+    10 minutes ahead has its claim times moved onto the server's clock in the history, while
+    its heartbeats keep its own — a comparison of the two took a report sent *before* the
+    claim for one sent after it."""
+    claim = ClaimMark("boot-1", 7)
+    assert let_go(Report(ClaimMark("boot-1", 7), frozenset()), "j", claim)  # with or after it
+    assert let_go(Report(ClaimMark("boot-1", 9), frozenset()), "j", claim)
+    assert not let_go(Report(ClaimMark("boot-1", 9), frozenset({"j"})), "j", claim)  # runs it
+    assert not let_go(Report(ClaimMark("boot-1", 6), frozenset()), "j", claim)  # before it
+    assert not let_go(Report(None, frozenset()), "j", claim)  # no claim taken yet
+    # The same worker started again (a new process): the old process's run is gone with it.
+    assert let_go(Report(ClaimMark("boot-2", 1), frozenset()), "j", claim)
+    assert not let_go(None, "j", claim)  # a new leader has heard nothing yet
+    assert not let_go(Report(ClaimMark("boot-1", 9), frozenset()), "j", None)  # not recorded
 
 
 async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_back(

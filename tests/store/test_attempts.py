@@ -142,3 +142,30 @@ async def test_a_poison_pills_end_is_the_jobs_failure_not_an_attempt(store: Stor
     assert [a.outcome for a in record.job.attempts] == ["lost", "lost", "lost"]
     assert record.job.state == "failed" and record.job.counted_attempts == 0
     assert record.job.error is not None and record.job.error.type == "lakeshore.LostTooOften"
+
+
+async def test_the_planes_lost_mark_refused_after_the_heirs_claim_still_reads_lost(
+    store: Store,
+) -> None:
+    """The lease ran out before the lost mark: the heir claimed first, so the plane's own
+    ``retrying`` (reason lost) was refused as stale — the attempt is lost, not stale, and
+    ends at the daemon's last heartbeat."""
+    heard = T0 + timedelta(seconds=2)
+    lost = {"seq": 1, "reason": "lost", "last_heard": heard.isoformat(),
+            "stale_type": "retrying", "stale_reason": "superseded by epoch 2"}  # fmt: skip
+    rows = [
+        (NS, Q, INV, T0, E.SUBMITTED, 0, None, None, {"seq": 1}),
+        (NS, Q, INV, T0 + timedelta(seconds=1), E.CLAIMED, 1, "a", 1, {"seq": 1, "run": "r1"}),
+        (NS, Q, INV, T0 + timedelta(seconds=1), E.STARTED, 1, "a", 1, {"seq": 1, "run": "r1"}),
+        (NS, Q, INV, T0 + timedelta(seconds=5), E.CLAIMED, 2, "b", 2, {"seq": 1, "run": "r2"}),
+        (NS, Q, INV, T0 + timedelta(seconds=6), E.STALE, 1, None, 1, lost),
+        (NS, Q, INV, T0 + timedelta(seconds=7), E.SUCCEEDED, 2, "b", 2, {"seq": 1, "run": "r2"}),
+    ]  # fmt: skip
+    await store.append_invocation_events(rows)
+    record = await store.get_job(NS, INV)
+    assert record is not None
+    assert [(a.outcome, a.worker) for a in record.job.attempts] == [
+        ("lost", "a"), ("succeeded", "b")
+    ]  # fmt: skip
+    assert record.job.attempts[0].ended_at == heard
+    assert record.job.counted_attempts == 1
