@@ -1,8 +1,12 @@
 """How an invocation's attempts count (pure, no I/O): spec/runs.md §4.
 
-An attempt that failed — an error, a timeout, a crash — counts toward ``max_attempts``
-(outcome ``retrying`` when it was retried, ``failed`` when it was the last), and so does
-the one that succeeded. One stopped through no fault of its own does not:
+An attempt that failed counts toward ``max_attempts``, and so does the one that succeeded.
+How it failed is its outcome: ``timed_out`` (it ran past ``timeout_s`` and was stopped),
+``crashed`` (its process died instead of answering: a signal such as ``SIGSEGV`` or the OOM
+killer's ``SIGKILL``, or a worker process's exit), else ``retrying`` (its code's error,
+retried) or ``failed`` (the last). The daemon names the first two on the ``retrying`` or
+``failed`` event (``cause``, with ``killed`` or ``signal``). One stopped through no fault of
+its own does not count:
 
 * ``preempted``: its daemon stopped or retired and interrupted it (the ``retrying`` event
   with reason ``interrupted``);
@@ -24,10 +28,13 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import NamedTuple
 
-from lakeshore.model import Attempt, Stopping
+from lakeshore.model import Attempt, Cause, Stopping
 
+#: A failed attempt's outcome when it ran past its timeout / its process died: the
+#: ``cause`` on its ``retrying`` or ``failed`` event.
+TIMED_OUT, CRASHED = Cause.TIMED_OUT.value, Cause.CRASHED.value
 #: Outcomes of attempts that count toward ``max_attempts``.
-COUNTED = frozenset({"retrying", "failed", "succeeded"})
+COUNTED = frozenset({"retrying", "failed", TIMED_OUT, CRASHED, "succeeded"})
 #: Outcomes of attempts stopped through no fault of their own.
 PREEMPTED, LOST = "preempted", "lost"
 #: The ``retrying`` event's ``reason`` of a run its stopping daemon interrupted.
@@ -50,6 +57,8 @@ class Tally(NamedTuple):
     lost_in_row: int = 0
     #: some attempt was preempted or lost
     preempted: bool = False
+    #: attempts of any outcome: the next one's number is this plus one
+    executions: int = 0
 
 
 def tally(attempts: Iterable[Attempt], *, before: int | None = None) -> Tally:
@@ -64,16 +73,17 @@ def tally(attempts: Iterable[Attempt], *, before: int | None = None) -> Tally:
     Returns:
         The tally.
     """
-    counted = in_row = 0
+    counted = in_row = executions = 0
     preempted = False
     for a in attempts:
         if before is not None and (a.epoch is None or a.epoch >= before):
             continue
+        executions += 1
         outcome = LOST if before is not None and a.outcome == "running" else a.outcome
         counted += outcome in COUNTED
         in_row = in_row + 1 if outcome == LOST else 0
         preempted = preempted or outcome in (LOST, PREEMPTED)
-    return Tally(counted=counted, lost_in_row=in_row, preempted=preempted)
+    return Tally(counted=counted, lost_in_row=in_row, preempted=preempted, executions=executions)
 
 
 def stopping_text(stopping: Stopping, at: datetime) -> str:

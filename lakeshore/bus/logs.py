@@ -1,7 +1,7 @@
 """Runs' live output on JetStream: the ``LS_LOGS`` stream, its message shape, and reading
 one attempt's log back (the control plane's side).
 
-A daemon publishes each chunk of a run's output on ``ls.<ns>.log.<invocation-id>.<epoch>``
+A daemon publishes each chunk of a run's output on ``ls.<ns>.log.<invocation-id>.<attempt>``
 (one subject per attempt). The body is the output's bytes as the run wrote them (so
 ``nats stream view`` shows them as they are); the headers carry the rest:
 

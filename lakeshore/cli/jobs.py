@@ -25,7 +25,7 @@ from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.cli.progress import Progress
 from lakeshore.cli.tracebacks import folded
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import InvocationState, Job, JobDetail, JobList, Result
+from lakeshore.model import Attempt, Cause, InvocationState, Job, JobDetail, JobList, Result
 from lakeshore.model.logs import LogAttempt, LogChunk, LogEnd
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import RemoteError, failure, poll_result, stream_logs
@@ -76,11 +76,16 @@ def jobs_table(rows: list[Job]) -> str:
     return output.table(
         JOB_COLUMNS,
         (
-            (j.id, j.queue, j.state, _attempt(j), _worker(j), _duration(j, at), _what(j),
+            (j.id, j.queue, _state(j), _attempt(j), _worker(j), _duration(j, at), _what(j),
              j.submitted_at, j.pending_reason)
             for j in rows
         ),
     )  # fmt: skip
+
+
+def _state(job: Job) -> str:
+    """``failed (timed_out)``: a failed job's cause, when it has one."""
+    return f"{job.state} ({job.cause})" if job.cause is not None else str(job.state)
 
 
 def jobs_listing(page: JobList) -> str:
@@ -129,13 +134,20 @@ def job_block(job: Job) -> str:
                 a.epoch,
                 a.started_at,
                 a.ended_at,
-                a.outcome,
+                _outcome(a),
                 a.error and _error(a.error),
             )
             for a in attempts
         ),
     )
     return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
+
+
+def _outcome(a: Attempt) -> str:
+    """``crashed (SIGSEGV)``, ``timed_out (SIGKILL)`` when SIGKILL was needed."""
+    if a.signal is not None:
+        return f"{a.outcome} ({a.signal})"
+    return f"{a.outcome} (SIGKILL)" if a.killed else a.outcome
 
 
 def _error(error: Any) -> str:
@@ -235,14 +247,18 @@ def _waiting(job: Job) -> str:
 def jobs() -> None:
     """Jobs: submitted invocations, their attempts and results.
 
-    States: pending, running, succeeded, failed, cancelled, dropped.
+    States: pending, running, succeeded, failed, cancelled, dropped. A failed job whose
+    last attempt ran past its timeout or whose process crashed shows it: ``failed
+    (timed_out)``, ``failed (crashed)``; ``jobs ls --state timed_out`` lists those.
     """
 
 
 @jobs.command("ls")
 @click.option("--queue", "-q", metavar="Q", type=QUEUE_NAME, help="Only this queue's invocations.")
 @click.option(
-    "--state", type=click.Choice([s.value for s in InvocationState]), help="Only in this state."
+    "--state",
+    type=click.Choice([s.value for s in InvocationState] + [c.value for c in Cause]),
+    help="Only in this state (timed_out, crashed: failed jobs that ended so).",
 )
 @click.option("--limit", type=click.IntRange(1, 1000), help="Most to show (default 100).")
 @click.option("--after", metavar="ID", help="Start after this id (the last of the previous page).")

@@ -69,7 +69,7 @@ class Claim:
     level: int
     #: stream sequence of the message
     seq: int
-    #: JetStream delivery count of this claim; the attempt number
+    #: JetStream delivery count of this claim (a hand-back or a peer's NAK raises it)
     epoch: int
     #: the consumer's ack_wait: renew the claim well within it (seconds)
     ack_wait_s: float
@@ -83,6 +83,11 @@ class Claim:
     takeover: Takeover | None = None
     #: its place in this daemon process's claims (heartbeats carry the latest)
     mark: ClaimMark | None = None
+
+    @property
+    def number(self) -> int:
+        """Its attempt number (1, 2, …): ``LAKESHORE_ATTEMPT``, its log's, its events'."""
+        return self.earlier.number(self.epoch)
 
 
 class Claimer:

@@ -45,6 +45,7 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from lakeshore.attempts import CRASHED, TIMED_OUT
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claim
 from lakeshore.daemon.events import EventPublisher
@@ -77,7 +78,7 @@ CLAIM_STORED_S = 5.0
 #: Longest error message carried in an event; the full error is in the Result.
 EVENT_MESSAGE_CHARS = 1_000
 #: What every run sees in its environment, over its own ``env``: the invocation's id and
-#: this attempt's number (the claim's epoch).
+#: this attempt's number (1, 2, …: :attr:`Claim.number`, not the delivery count).
 JOB_ID_VAR, ATTEMPT_VAR = "LAKESHORE_JOB_ID", "LAKESHORE_ATTEMPT"
 #: Set to ``1`` for a run when an earlier attempt was preempted or lost (its daemon
 #: stopped, retired or died under it): training code resumes from its checkpoint.
@@ -129,7 +130,7 @@ class Job:
         self._run: asyncio.Task[Outcome] | None = None
         #: the run's output and how it was stopped, once it has started
         self._capture: Capture | None = None
-        self._label = f"{self.id} attempt {claim.epoch}"
+        self._label = f"{self.id} attempt {claim.number}"
         #: the drain ran out of time: settling stops waiting for NATS
         self._out_of_time = False
         #: this job's task while it waits for an outcome's event to be stored
@@ -200,12 +201,12 @@ class Job:
         if self._stop is not None:
             return None
         inv, c = self.claim.invocation, self.claim
-        live = self._ctx.logs.open(inv, c.epoch) if self._ctx.logs is not None else None
+        live = self._ctx.logs.open(inv, c.number) if self._ctx.logs is not None else None
         capture = self._capture = Capture(sink=live.write if live is not None else None)
         capture.on_term = self._terminating
         self._emit(EventType.STARTED, {"seq": c.seq})
         log.info("%s: started", self._label)
-        env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.epoch)} | _preempted(c)
+        env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.number)} | _preempted(c)
         run = self._ctx.runner.run(inv, capture, env=env, mark=f"{inv.id}.{self.run_id}")
         self._run = asyncio.create_task(within(inv.timeout_s, run), name=self._label)
         if self._stop is not None:  # stopped while the run was being set up
@@ -219,6 +220,7 @@ class Job:
                 exit_code=capture.exit_code,
                 output=capture.text() if inv.command else None,
                 stderr=capture.stderr_text() if inv.command else None,
+                timed_out=True,
             )
         except asyncio.CancelledError:
             # Our own stop() cancelled the run; a cancellation of this task is not ours.
@@ -356,6 +358,12 @@ class Job:
             detail["error"] = _short(outcome.error)
         if outcome.code_version is not None:
             detail["code_version"] = outcome.code_version
+        if outcome.timed_out:
+            stopped = self._capture.stopped if self._capture is not None else None
+            detail["cause"] = TIMED_OUT
+            detail["killed"] = stopped is not None and stopped.killed  # SIGKILL was needed
+        elif outcome.crashed is not None:
+            detail["cause"], detail["signal"] = CRASHED, outcome.crashed
         return detail
 
     def _emit(self, type_: EventType, detail: dict[str, Any]) -> None:
@@ -398,7 +406,7 @@ class Job:
             invocation_id=self.id,
             ts=at or now(),
             type=type_,
-            attempt=c.epoch,
+            attempt=c.number,
             worker=self._ctx.worker_id,
             epoch=c.epoch,
             detail={**detail, "run": self.run_id},

@@ -567,13 +567,24 @@ def _python_path(theirs: str | None) -> str:
     return os.pathsep.join([*([theirs] if theirs else []), *dict.fromkeys(ours)])
 
 
+def crash_cause(code: int | None) -> str:
+    """How a process died, in a word: its signal's name (``SIGSEGV``), ``exit 3``, or
+    ``unkillable`` (it outlived SIGKILL)."""
+    if code is None:
+        return "unkillable"
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
 def crashed_error(code: int | None, stderr: str) -> RemoteError:
     """The error of a run whose worker died: the signal or status, the last stderr lines."""
     if code is not None and code < 0:
-        try:
-            name = f" ({signal.Signals(-code).name})"
-        except ValueError:
-            name = ""
+        cause = crash_cause(code)
+        name = f" ({cause})" if cause.startswith("SIG") else ""
         how = f"was killed by signal {-code}{name}"
     elif code is None:
         how = "did not exit after SIGKILL"

@@ -282,13 +282,13 @@ class RunLogs:
         self._max, self._bound, self._flush_s = max_bytes, buffer_bytes, flush_s
         self._open: dict[asyncio.Task[None], RunLog] = {}
 
-    def open(self, inv: Invocation, epoch: int) -> RunLog:
-        """The log of attempt ``epoch`` of ``inv``; its publishing starts now."""
+    def open(self, inv: Invocation, attempt: int) -> RunLog:
+        """The log of attempt number ``attempt`` of ``inv``; its publishing starts now."""
         run_log = RunLog(
-            self._bus, self._ns, inv.id, epoch,
+            self._bus, self._ns, inv.id, attempt,
             max_bytes=self._max, buffer_bytes=self._bound, flush_s=self._flush_s,
         )  # fmt: skip
-        task = asyncio.create_task(run_log.run(), name=f"log {inv.id} {epoch}")
+        task = asyncio.create_task(run_log.run(), name=f"log {inv.id} {attempt}")
         self._open[task] = run_log
         task.add_done_callback(self._done)
         return run_log

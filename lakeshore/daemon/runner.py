@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
-from lakeshore.daemon.pool import Pool, crashed_error
+from lakeshore.daemon.pool import Pool, crash_cause, crashed_error
 from lakeshore.daemon.reaper import DAEMON_MARK, RUN_MARK, RunProcesses, Watchdog, signal_marked
 from lakeshore.daemon.worker_main import resolve
 from lakeshore.model import Invocation, Isolation, RemoteError
@@ -67,6 +67,12 @@ class Outcome:
     stderr: str | None = None
     #: the code the run ran: the digest of the function's module file
     code_version: str | None = None
+    #: the run's process died instead of answering (:func:`~.pool.crash_cause`): a signal
+    #: it did not get from its stop (``SIGSEGV``, the OOM killer's ``SIGKILL``), or a worker
+    #: process's exit before it returned
+    crashed: str | None = None
+    #: it ran past its ``timeout_s`` and was stopped
+    timed_out: bool = False
 
 
 class _Tail:
@@ -208,7 +214,8 @@ class Runner:
         except OSError as e:  # no worker process could be started
             return Outcome(ok=False, error=remote_error(e))
         if done is None:
-            return Outcome(ok=False, error=crashed_error(code, capture.stderr_text()))
+            error = crashed_error(code, capture.stderr_text())
+            return Outcome(ok=False, error=error, crashed=crash_cause(code))
         if done.ok:
             return Outcome(ok=True, value=done.value, code_version=done.code_version)
         assert done.error is not None
@@ -285,12 +292,16 @@ async def _command(
     output, stderr = capture.text(), capture.stderr_text()
     if code == 0:
         return Outcome(ok=True, exit_code=0, output=output, stderr=stderr)
-    if code is not None and code < 0:
-        how = f"was killed by signal {-code}"
+    crashed = None
+    if code is not None and code < 0:  # not by its stop: that one is a cancel or a timeout
+        crashed = crash_cause(code)
+        how = f"was killed by signal {-code} ({crashed})"
     else:
         how = f"exited with status {code}"
     error = RemoteError(type="subprocess.CalledProcessError", message=f"command {argv[0]!r} {how}")
-    return Outcome(ok=False, error=error, exit_code=code, output=output, stderr=stderr)
+    return Outcome(
+        ok=False, error=error, exit_code=code, output=output, stderr=stderr, crashed=crashed
+    )
 
 
 async def _end(transport: asyncio.SubprocessTransport, watch: _Watch, procs: RunProcesses) -> None:

@@ -12,6 +12,7 @@ from lakeshore.http.auth import caller, namespace
 from lakeshore.http.routes import Routes, decode_body, reply
 from lakeshore.http.state import JOBS
 from lakeshore.model import (
+    Cause,
     InvocationState,
     Job,
     JobDetail,
@@ -38,7 +39,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     jobs = await service.list(
         ns.name,
         queue=validate_name("queue", q["queue"]) if q.get("queue") else None,
-        state=query.choice(request, "state", InvocationState),
+        state=query.choice(request, "state", InvocationState, Cause),
         limit=query.limit(request, default=100),
         after=query.job_id(request, "after"),
     )

@@ -55,16 +55,18 @@ def flag(request: web.Request, key: str) -> bool:
     return raw in ("true", "1", "")
 
 
-def choice(request: web.Request, key: str, enum: type[E]) -> E | None:
-    """``?<key>=`` one of ``enum``'s values (absent or empty: ``None``)."""
+def choice(request: web.Request, key: str, *enums: type[E]) -> E | None:
+    """``?<key>=`` one of the values of ``enums`` (absent or empty: ``None``)."""
     raw = request.query.get(key)
     if not raw:
         return None
-    try:
-        return enum(raw)
-    except ValueError:
-        allowed = ", ".join(m.value for m in enum)
-        raise Invalid(f"unknown {key} {raw!r}; use one of {allowed}") from None
+    for enum in enums:
+        try:
+            return enum(raw)
+        except ValueError:
+            continue
+    allowed = ", ".join(m.value for enum in enums for m in enum)
+    raise Invalid(f"unknown {key} {raw!r}; use one of {allowed}")
 
 
 def job_id(request: web.Request, key: str) -> str | None:

@@ -80,6 +80,9 @@ class HeldAnswer(Struct, frozen=True, kw_only=True):
     lost_in_row: int = 0
     #: an earlier attempt was preempted or lost (the run sees ``LAKESHORE_PREEMPTED=1``)
     preempted: bool = False
+    #: earlier attempts of any outcome: the redelivery runs as attempt ``attempts + 1``
+    #: (``LAKESHORE_ATTEMPT``; a hand-back raises the delivery count, not this)
+    attempts: int = 0
 
 
 class StealGrant(Struct, frozen=True, kw_only=True):

@@ -55,6 +55,16 @@ class InvocationState(StrEnum):
     DROPPED = "dropped"
 
 
+class Cause(StrEnum):
+    """How a failed job's last attempt ended when it was not its code's error (``jobs ls
+    --state`` takes these too)."""
+
+    #: it ran past its ``timeout_s`` and was stopped
+    TIMED_OUT = "timed_out"
+    #: its process died instead of answering (a signal, or a worker process's exit)
+    CRASHED = "crashed"
+
+
 TERMINAL_STATES = frozenset(
     {
         InvocationState.SUCCEEDED,
@@ -275,11 +285,17 @@ class Attempt(Struct, frozen=True, kw_only=True):
     claimed_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
-    #: succeeded | failed | retrying | cancelled | stale | running | preempted | lost:
-    #: ``preempted`` — its daemon stopped or retired and interrupted it; ``lost`` — its
-    #: daemon died under it (the claim was redelivered). Neither counts toward
-    #: ``max_attempts``; ``retrying`` (failed, retried) and ``failed`` do
+    #: succeeded | failed | retrying | timed_out | crashed | cancelled | stale | running |
+    #: preempted | lost: ``timed_out`` — it ran past ``timeout_s`` and was stopped;
+    #: ``crashed`` — its process died instead of answering (:attr:`signal` says how);
+    #: ``retrying`` / ``failed`` — its code's error (retried / the last); these count
+    #: toward ``max_attempts``. ``preempted`` — its daemon stopped or retired and
+    #: interrupted it; ``lost`` — its daemon died under it: neither counts
     outcome: str
+    #: crashed: the signal that killed its process (``SIGSEGV``), or ``exit N``
+    signal: str | None = None
+    #: timed out: whether SIGKILL was needed (the run outlived its SIGTERM grace)
+    killed: bool | None = None
     #: another execution of the same epoch came first (by another daemon, or by this one
     #: after a restarted delivery count): at most one of them has its completion accepted,
     #: the other's is ``stale``
@@ -319,6 +335,8 @@ class Job(Struct, frozen=True, kw_only=True):
     #: pending only: how many pending invocations of the queue are ahead of this one
     position: int | None = None
     error: RemoteError | None = None
+    #: failed only: its last attempt ran past its timeout, or its process crashed
+    cause: Cause | None = None
     #: the name of ``worker`` (which is the worker's id), while the worker row exists
     worker_name: str | None = None
     #: the submit of several invocations this one came in: the first one's id (``None``

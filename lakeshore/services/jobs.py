@@ -33,6 +33,7 @@ from lakeshore.fencing import open_claim
 from lakeshore.model import (
     TERMINAL_STATES,
     BatchTally,
+    Cause,
     ClaimMark,
     DaemonControl,
     HeldAnswer,
@@ -187,7 +188,7 @@ class JobService:
         namespace: str,
         *,
         queue: str | None,
-        state: InvocationState | None,
+        state: InvocationState | Cause | None,
         limit: int,
         after: str | None,
     ) -> list[Job]:
@@ -338,10 +339,11 @@ class JobService:
         record = await self._store.get_job(namespace, job_id)
         if record is None:
             return HeldAnswer(), None
-        counted, lost_in_row, preempted = tally(record.job.attempts, before=epoch)
+        counted, lost_in_row, preempted, executions = tally(record.job.attempts, before=epoch)
         answer = HeldAnswer(
-            history=True, counted=counted, lost_in_row=lost_in_row, preempted=preempted
-        )
+            history=True, counted=counted, lost_in_row=lost_in_row, preempted=preempted,
+            attempts=executions,
+        )  # fmt: skip
         return answer, record
 
     def open_waits(self, org: str) -> int:

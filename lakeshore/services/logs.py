@@ -85,14 +85,12 @@ class LogQuery:
 
 
 def latest_attempt(job: JobDetail) -> int | None:
-    """The job's latest attempt (its epoch), ``None`` before its first."""
-    epochs = [a.epoch for a in job.attempts if a.epoch is not None]
-    return max(epochs) if epochs else None
+    """The job's latest attempt (its number: its log's), ``None`` before its first."""
+    return max((a.attempt for a in job.attempts), default=None)
 
 
 def _later_attempt(job: JobDetail, than: int) -> int | None:
-    later = [a.epoch for a in job.attempts if a.epoch is not None and a.epoch > than]
-    return min(later) if later else None
+    return min((a.attempt for a in job.attempts if a.attempt > than), default=None)
 
 
 class LogService:

@@ -102,9 +102,8 @@ class LostRuns:
         if record is None:  # not in the history yet: its lease's redelivery brings it back
             return False
         job = record.job
-        seq = next(
-            (a.seq for a in job.attempts if a.epoch == epoch and a.worker == worker.id), None
-        )
+        mine = [a for a in job.attempts if a.epoch == epoch and a.worker == worker.id]
+        seq, number = (mine[0].seq, mine[0].attempt) if mine else (None, epoch)
         heard = worker.last_heartbeat
         since = f" since {heard:%Y-%m-%d %H:%M:%S} UTC" if heard is not None else ""
         message = (
@@ -122,7 +121,7 @@ class LostRuns:
             detail["last_heard"] = heard.isoformat()
         event = InvocationEvent(
             namespace=ns, queue=job.queue, invocation_id=inv_id, ts=now(),
-            type=EventType.RETRYING, attempt=epoch, epoch=epoch, detail=detail,
+            type=EventType.RETRYING, attempt=number, epoch=epoch, detail=detail,
         )  # fmt: skip
         try:
             await self._bus.publish_events(ns, job.queue, EventBatch(events=[event]))

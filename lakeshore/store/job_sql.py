@@ -82,6 +82,12 @@ NEWEST_ROWS_ENDED = (
     "SELECT invocation_id FROM invocation_events"
     " WHERE namespace = ? AND queue = coalesce(?, queue) AND type = ?" + PAGE
 )
+# Newest ids of failed jobs whose failure names this cause (timed_out, crashed).
+NEWEST_ROWS_CAUSE = (
+    "SELECT invocation_id FROM invocation_events"
+    " WHERE namespace = ? AND queue = coalesce(?, queue) AND type = 'failed'"
+    " AND json_extract_string(detail, '$.cause') = ?" + PAGE
+)
 # Newest ids in one unfinished state: the page's ids only (the page is aggregated after).
 UNFINISHED_IDS = (
     unfinished() + f" SELECT id FROM unfinished WHERE {STATE} = ? AND (? IS NULL OR id < ?)"
@@ -117,7 +123,12 @@ BATCH_STATES = (
         WHERE namespace = ? AND type = 'submitted' AND invocation_id >= ?
             AND json_extract_string(detail, '$.batch') = ?)"""
     )
-    + " SELECT state, count(*) FROM jobs GROUP BY state ORDER BY state"
+    # A failed job counts under its cause when it has one (timed_out, crashed).
+    + """ SELECT s, count(*) FROM (
+        SELECT CASE WHEN state = 'failed'
+            THEN coalesce(json_extract_string(failed_detail, '$.cause'), state)
+            ELSE state END AS s
+        FROM jobs) GROUP BY s ORDER BY s"""
 )
 
 WINDOW_COUNTS = """SELECT

@@ -19,13 +19,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 import msgspec
 
-from lakeshore.attempts import INTERRUPTED, LOST, LOST_DAEMON, LOST_TOO_OFTEN, PREEMPTED, tally
+from lakeshore.attempts import (
+    CRASHED,
+    INTERRUPTED,
+    LOST,
+    LOST_DAEMON,
+    LOST_TOO_OFTEN,
+    PREEMPTED,
+    TIMED_OUT,
+    tally,
+)
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
     RETRIED_STATES,
     TERMINAL_STATES,
     Attempt,
     BatchTally,
+    Cause,
     EventType,
     InvocationState,
     Job,
@@ -46,14 +56,16 @@ def list_jobs(
     con: Con,
     namespace: str,
     queue: str | None,
-    state: InvocationState | None,
+    state: InvocationState | Cause | None,
     limit: int,
     after: str | None,
     ranks: Ranks,
 ) -> list[Job]:
     page = [after, after, limit]
     # Pick the page's ids with a cheap query, then aggregate those alone.
-    if state is None or state in TERMINAL_STATES:
+    if isinstance(state, Cause):
+        ids = _newest_ids(con, q.NEWEST_ROWS_CAUSE, [namespace, queue, state.value], limit, after)
+    elif state is None or state in TERMINAL_STATES:
         sql, params = (q.NEWEST_ROWS, []) if state is None else (q.NEWEST_ROWS_ENDED, [state.value])
         ids = _newest_ids(con, sql, [namespace, queue, *params], limit, after)
     else:
@@ -107,9 +119,8 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
         retries = _all(con, q.RETRIES, [namespace, invocation_id, invocation_id])
         rec["retried_by"] = [r[0] for r in retries]
     job = _job(rec, JobDetail)
-    result_epoch = next(
-        (a.epoch for a in job.attempts if a.outcome == state and state in _RESULT_STATES), None
-    )
+    ends = _RESULT_OUTCOMES.get(state, frozenset())
+    result_epoch = next((a.epoch for a in job.attempts if a.outcome in ends), None)
     return JobRecord(job=job, seq=seq, result_epoch=result_epoch, submitted=submitted)
 
 
@@ -156,7 +167,12 @@ def queue_activity(
     )  # fmt: skip
 
 
-_RESULT_STATES = frozenset({InvocationState.SUCCEEDED, InvocationState.FAILED})
+#: The outcomes of the attempt whose result a job in this state keeps.
+_RESULT_OUTCOMES = {
+    InvocationState.SUCCEEDED: frozenset({"succeeded"}),
+    InvocationState.FAILED: frozenset({"failed", TIMED_OUT, CRASHED}),
+}
+_CAUSES = frozenset(c.value for c in Cause)
 _COMPLETIONS = frozenset(
     {EventType.SUCCEEDED, EventType.FAILED, EventType.RETRYING, EventType.CANCELLED}
 )
@@ -183,6 +199,8 @@ def _job(rec: dict[str, Any], type_: type[T]) -> T:
     rec["retry_of"] = submitted.get("retry_of")
     rec["max_attempts"] = submitted.get("max_attempts") or 1
     rec["error"] = _error(failed.get("error"))
+    if rec["state"] == InvocationState.FAILED and failed.get("cause") in _CAUSES:
+        rec["cause"] = failed["cause"]
     if rec["state"] == InvocationState.CANCELLED and failed.get("reason"):
         rec["error"] = RemoteError(
             type="lakeshore.Cancelled", message=f"cancelled: {failed['reason']}"
@@ -211,8 +229,9 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
     An execution is one claim a daemon ran: its epoch, the worker, and the run id the daemon
     gives each claim it runs (``detail.run``). One epoch can be run twice: by a second daemon
     after an ack that was not confirmed, or by the same one after a server crash restarted
-    the delivery count. Every execution is shown, each with its own number (its epoch, or
-    one past the attempt before it), the later ones of an epoch marked ``duplicate``.
+    the delivery count. Every execution is shown, each with its own number (the one its
+    daemon ran it as, ``LAKESHORE_ATTEMPT``, or one past the attempt before it — never the
+    delivery count, which hand-backs raise), the later ones of an epoch marked ``duplicate``.
     Events without a run id (a daemon from before run ids) are one execution per epoch and
     worker. An attempt's outcome is its accepted completion, else ``stale`` if it completed
     too late, else ``running`` for the newest attempt of an unfinished invocation, else
@@ -223,7 +242,7 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
     """
     runs: dict[_Run, dict[str, Any]] = {}
     stale = 0
-    for type_, epoch, _attempt, worker, ts, raw in events:
+    for type_, epoch, number, worker, ts, raw in events:
         stale += type_ == EventType.STALE
         if epoch is None:
             continue
@@ -238,7 +257,7 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
                              "duplicate": again}  # fmt: skip
         a["seq"] = a["seq"] or detail.get("seq")
         if type_ == EventType.CLAIMED and "claimed_at" not in a:
-            a["claimed_at"] = ts
+            a["claimed_at"], a["number"] = ts, number
             a["claim_mark"] = detail.get("mark")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
@@ -248,6 +267,9 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
         if type_ in _COMPLETIONS:
             reason = detail.get("reason") if type_ == EventType.RETRYING else None
             outcome = {INTERRUPTED: PREEMPTED, LOST_DAEMON: LOST}.get(reason, type_)
+            if type_ in (EventType.RETRYING, EventType.FAILED) and detail.get("cause"):
+                outcome = detail["cause"]  # timed_out, crashed: how it ended
+                a["signal"], a["killed"] = detail.get("signal"), detail.get("killed")
             a["outcome"], a["ended_at"] = outcome, ts
             if reason == LOST_DAEMON:
                 a["ended_at"] = _last_heard(detail, a, ts)
@@ -267,7 +289,8 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
     ordered = sorted(runs.values(), key=lambda a: a["epoch"])  # stable: claims in time order
     number = 0
     for a in ordered:
-        number = a["attempt"] = max(a["epoch"], number + 1)
+        # The daemon's number (LAKESHORE_ATTEMPT, its log's), else one past the last.
+        number = a["attempt"] = max(a.pop("number", None) or 0, number + 1)
         if a["outcome"] is None:
             a["outcome"] = "running" if a is ordered[-1] and not finished else "lost"
     return [msgspec.convert(a, Attempt) for a in ordered], stale
@@ -369,14 +392,15 @@ class JobQueries:
         namespace: str,
         *,
         queue: str | None = None,
-        state: InvocationState | None = None,
+        state: InvocationState | Cause | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> list[Job]:
         """Jobs of a namespace, newest (greatest id) first.
 
         Args:
-            queue, state: only jobs of this queue / in this state.
+            queue, state: only jobs of this queue / in this state (a :class:`Cause`: failed
+                jobs whose last attempt ended so).
             limit: at most this many.
             after: only ids below this one (the last id of the previous page).
         """

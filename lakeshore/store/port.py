@@ -20,6 +20,7 @@ from msgspec import Struct
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
     BatchTally,
+    Cause,
     InvocationState,
     Job,
     JobDetail,
@@ -215,7 +216,7 @@ class JobReads(Protocol):
         namespace: str,
         *,
         queue: str | None = None,
-        state: InvocationState | None = None,
+        state: InvocationState | Cause | None = None,
         limit: int = 100,
         after: str | None = None,
     ) -> list[Job]: ...

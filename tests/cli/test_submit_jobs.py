@@ -17,10 +17,19 @@ from support import daemon_process
 from lakeshore.actors.recorder import WaitRecorded
 from lakeshore.bus import codec, subjects
 from lakeshore.cli.exits import API_ERROR, OK, USAGE
-from lakeshore.cli.jobs import cancel_message, jobs_listing, jobs_table, show_result
+from lakeshore.cli.jobs import cancel_message, job_block, jobs_listing, jobs_table, show_result
 from lakeshore.cli.main import lakeshore
 from lakeshore.cli.tracebacks import folded
-from lakeshore.model import BatchTally, EventBatch, EventType, Invocation, InvocationEvent, JobList
+from lakeshore.model import (
+    Attempt,
+    BatchTally,
+    EventBatch,
+    EventType,
+    Invocation,
+    InvocationEvent,
+    JobDetail,
+    JobList,
+)
 from lakeshore.model import Job as ModelJob
 from lakeshore.model import Result as ModelResult
 
@@ -272,6 +281,23 @@ def test_jobs_ls_says_what_runs_and_for_how_long():
         ("2h05m", "true"),
         ("-", "m:f"),
     ]
+
+
+def test_a_failed_jobs_cause_and_an_attempts_signal_are_shown():
+    row = ModelJob(id="t", namespace="d", queue="q", state="failed", fn="m:f", cause="timed_out")
+    header, line = jobs_table([row]).splitlines()
+    state = header.index("STATE")
+    assert line[state:].split("  ")[0] == "failed (timed_out)"
+    attempts = [
+        Attempt(attempt=1, worker="w", seq=1, epoch=1, outcome="crashed", signal="SIGSEGV"),
+        Attempt(attempt=2, worker="w", seq=1, epoch=3, outcome="timed_out", killed=True),
+        Attempt(attempt=3, worker="w", seq=1, epoch=4, outcome="timed_out", killed=False),
+    ]
+    detail = JobDetail(id="t", namespace="d", queue="q", state="failed", cause="timed_out",
+                       max_attempts=3, counted_attempts=3, attempts=attempts)  # fmt: skip
+    text = job_block(detail)
+    assert "crashed (SIGSEGV)" in text and "timed_out (SIGKILL)" in text
+    assert text.splitlines()[-1].split()[6] == "timed_out"
 
 
 def test_jobs_ls_sums_up_each_batch_under_the_table():

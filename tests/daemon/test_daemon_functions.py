@@ -127,6 +127,16 @@ async def test_a_timed_out_function_is_stopped_and_its_slot_freed(bench, daemons
     messages = [(await bench.result(inv_id, 1)).error.message for inv_id in ids]
     assert messages[0].startswith("timed out after 1 s; SIGTERM, then it exited after ")
     assert messages[1] == "timed out after 1 s; SIGTERM, then SIGKILL after the 1 s grace"
+    # The attempt says how it ended, the job why it failed; `--state timed_out` finds both.
+    shown = [(await bench.api.get(f"{J}/{inv_id}"))[1] for inv_id in ids]
+    assert [(j["state"], j["cause"]) for j in shown] == [("failed", "timed_out")] * 2
+    assert [(a["outcome"], a["killed"]) for j in shown for a in j["attempts"]] == [
+        ("timed_out", False), ("timed_out", True),
+    ]  # fmt: skip
+    status, page = await bench.api.get(f"{J}?queue={q}&state=timed_out")
+    assert status == 200 and sorted(j["id"] for j in page["jobs"]) == sorted(ids)
+    status, page = await bench.api.get(f"{J}?queue={q}&state=crashed")
+    assert status == 200 and page["jobs"] == []
     async with asyncio.timeout(WAIT_S):
         await daemon.running.dispatcher.wait_idle()
     assert daemon.running.dispatcher.snapshot().status is WorkerStatus.IDLE
@@ -158,6 +168,16 @@ async def test_a_crashing_function_fails_its_attempt_and_the_daemon_serves_on(
     assert failed.message.startswith(
         "the run's process exited with status 3 before the function returned"
     )
+    # Each attempt says it crashed and how; the failed job's cause is its crash.
+    segved, exited = [(await bench.api.get(f"{J}/{inv_id}"))[1] for inv_id in ids]
+    assert [(a["outcome"], a["signal"]) for a in segved["attempts"]] == [
+        ("crashed", "SIGSEGV"), ("succeeded", None),
+    ]  # fmt: skip
+    assert (segved["cause"], segved["counted_attempts"]) == (None, 2)
+    assert [(a["outcome"], a["signal"]) for a in exited["attempts"]] == [("crashed", "exit 3")]
+    assert (exited["state"], exited["cause"]) == ("failed", "crashed")
+    status, page = await bench.api.get(f"{J}?queue={q}&state=crashed")
+    assert status == 200 and [j["id"] for j in page["jobs"]] == [ids[1]]
     assert not daemon.task.done()
 
 

@@ -103,14 +103,23 @@ def _attempt(epoch: int, outcome: str) -> Attempt:
     ("outcomes", "before", "expected"),
     [
         ([], None, Tally()),
-        (["retrying", "retrying", "failed"], None, Tally(counted=3)),
-        (["lost", "preempted", "retrying"], None, Tally(counted=1, preempted=True)),
-        (["retrying", "lost", "lost"], None, Tally(counted=1, lost_in_row=2, preempted=True)),
-        (["lost", "retrying", "lost"], None, Tally(counted=1, lost_in_row=1, preempted=True)),
+        (["retrying", "retrying", "failed"], None, Tally(counted=3, executions=3)),
+        (["timed_out", "crashed", "succeeded"], None, Tally(counted=3, executions=3)),
+        (["lost", "preempted", "retrying"], None, Tally(counted=1, preempted=True, executions=3)),
+        (
+            ["retrying", "lost", "lost"],
+            None,
+            Tally(counted=1, lost_in_row=2, preempted=True, executions=3),
+        ),
+        (
+            ["lost", "retrying", "lost"],
+            None,
+            Tally(counted=1, lost_in_row=1, preempted=True, executions=3),
+        ),
         # Asked by the redelivery of epoch 4: the attempt left running is lost.
-        (["lost", "lost", "running"], 4, Tally(lost_in_row=3, preempted=True)),
-        (["retrying", "running"], 2, Tally(counted=1)),
-        (["stale", "lost"], None, Tally(lost_in_row=1, preempted=True)),
+        (["lost", "lost", "running"], 4, Tally(lost_in_row=3, preempted=True, executions=3)),
+        (["retrying", "running"], 2, Tally(counted=1, executions=1)),
+        (["stale", "lost"], None, Tally(lost_in_row=1, preempted=True, executions=2)),
     ],
 )
 def test_the_tally_counts_failures_and_lost_attempts_in_a_row(
@@ -124,6 +133,9 @@ def test_a_redelivery_without_an_answer_counts_every_delivery_and_is_never_a_poi
     assert FIRST.attempt(1) == 1 and not FIRST.preempted
     assert Earlier(counted=1, lost_in_row=2, preempted=True).attempt(7) == 2
     assert UNKNOWN.attempt(4) == 4
+    # Its number among all attempts: the history's count, else the delivery count.
+    assert Earlier(counted=1, executions=3).number(9) == 4
+    assert UNKNOWN.number(4) == 4 and FIRST.number(1) == 1
     assert should_retry(UNKNOWN.attempt(2), 2) is False
     assert lost_too_often(UNKNOWN, max_lost=1) is None
 

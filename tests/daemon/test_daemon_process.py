@@ -64,7 +64,9 @@ async def test_a_sigkilled_daemons_claim_is_redelivered_to_another_daemon(
     await bench.drained(q)
     await bench.job_state(inv_id, "succeeded")
     job = (await bench.api.get(f"{J}/{inv_id}"))[1]
-    assert job["worker"] == heir.id and job["attempt"] == done.epoch and job["stale"] == 0
+    # The second execution is attempt 2 whatever its delivery count (hand-backs raise that).
+    assert job["worker"] == heir.id and job["attempt"] == 2 and job["stale"] == 0
+    assert [(a["attempt"], a["epoch"]) for a in job["attempts"]] == [(1, 1), (2, done.epoch)]
     async with asyncio.timeout(WAIT_S):
         await heir.running.dispatcher.wait_idle()
 

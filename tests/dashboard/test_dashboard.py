@@ -272,3 +272,20 @@ async def test_a_traceback_starts_at_the_users_frame_folds_lakeshores_and_wraps(
     await expect(page.locator("#live")).not_to_have_text(live or "")
     await expect(fold.get_by_text("worker_main.py")).to_be_visible()
     await page.screenshot(path=screens / "traceback.png", full_page=True)
+
+
+async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(page: Page, api):
+    assert (await api.post(f"{NS}/queues", {"name": "slow"}))[0] == 201
+    await launch(api, "slowpoke", ["slow"])
+    job = await submit(
+        api, "slow", command=["sleep", "60"], timeout_s=1, stop_grace_s=0, max_attempts=1
+    )
+    status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+    assert status == 200 and result["ok"] is False, result
+    await show(page, f"#/job/{job}")
+    await expect(page.locator("#job-state")).to_have_text("failed timed_out")
+    await expect(page.locator('tr[data-attempt="1"]')).to_contain_text("timed_out SIGKILL")
+    await show(page, "#/jobs?state=timed_out")
+    row = page.locator(f'tr[data-job="{job}"]')
+    await expect(row.locator('[data-col="state"]')).to_have_text("failed timed_out")
+    await expect(page.locator("tr[data-job]")).to_have_count(1)

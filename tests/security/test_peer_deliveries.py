@@ -15,6 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
+import aiohttp
+import msgspec
 import pytest
 from nats.js.api import ConsumerInfo
 from natsauth import plane_nats
@@ -210,3 +212,57 @@ async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_
             until=bool, timeout_s=WAIT_S, what="the redelivery handed back by its own daemon",
         )  # fmt: skip
         assert starts.read_text() == "started\n"
+
+
+NUMBERED = """import os, pathlib, sys, time
+seen, flag = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+n = os.environ["LAKESHORE_ATTEMPT"]
+seen.write_text((seen.read_text() if seen.exists() else "") + n + "\\n")
+print("attempt", n, flush=True)
+if n == "1":
+    while not flag.exists():
+        time.sleep(0.05)
+    sys.exit(1)
+"""
+
+
+async def _log_text(world: World, job: str, attempt: int) -> str:
+    headers = {"Authorization": f"Bearer {world.api.token}"}
+    url = f"{world.api.base}/v1/namespaces/{NS}/jobs/{job}/logs"
+    async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT_S):
+        async with http.get(url, params={"attempt": str(attempt)}, headers=headers) as r:
+            assert r.status == 200, await r.text()
+            lines = [msgspec.json.decode(line) async for line in r.content if line.strip()]
+    return "".join(x["text"] for x in lines if x["kind"] == "chunk")
+
+
+async def test_hand_backs_do_not_raise_the_attempt_number_nor_move_its_log(
+    world: World, tmp_path: Path, caplog
+) -> None:
+    """A peer's NAK raises the delivery count of a running job (its redelivery is handed
+    back); the retry after its failure is still attempt 2 — ``LAKESHORE_ATTEMPT``, the
+    attempt ``jobs show`` lists, and the log ``?attempt=2`` reads."""
+    caplog.set_level(logging.INFO, logger=CHATTY.name)
+    assert (await world.api.post(Q, {"name": "numbered"}))[0] == 201
+    solo = await _member(world, "numbered", "numbered", concurrency=2)
+    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
+    seen, flag = tmp_path / "seen", tmp_path / "flag"
+    async with running.daemon(solo):
+        command = [sys.executable, "-c", NUMBERED, str(seen), str(flag)]
+        job = await running.submit(world.api, "numbered", {"command": command, "max_attempts": 2})
+        await eventually(seen.exists, until=bool, timeout_s=WAIT_S, what="attempt 1 started")
+        await _peer_reply(world, peer, "numbered", job, b"-NAK")
+        await eventually(
+            lambda: any("it runs here" in r.getMessage() for r in caplog.records),
+            until=bool, timeout_s=WAIT_S, what="the peer's redelivery handed back",
+        )  # fmt: skip
+        flag.touch()  # attempt 1 fails now; its retry runs
+        await running.reaches(world.api, job, "succeeded", wait_s=WAIT_S + 10)
+    assert seen.read_text() == "1\n2\n"
+    shown = (await world.api.get(f"/v1/namespaces/{NS}/jobs/{job}"))[1]
+    numbered = [(a["attempt"], a["epoch"], a["outcome"]) for a in shown["attempts"]]
+    assert [(n, o) for n, _, o in numbered] == [(1, "retrying"), (2, "succeeded")], numbered
+    assert numbered[1][1] >= 3  # the delivery count: the hand-back raised it
+    assert shown["attempt"] == 2
+    assert await _log_text(world, job, 1) == "attempt 1\n"
+    assert await _log_text(world, job, 2) == "attempt 2\n"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lakeshore.model import EventType
+from lakeshore.model import Cause, EventType, InvocationState
 from lakeshore.store import Store, open_store
 
 T0 = datetime(2025, 3, 4, tzinfo=UTC)
@@ -169,3 +169,34 @@ async def test_the_planes_lost_mark_refused_after_the_heirs_claim_still_reads_lo
     ]  # fmt: skip
     assert record.job.attempts[0].ended_at == heard
     assert record.job.counted_attempts == 1
+
+
+async def test_failed_jobs_are_listed_and_counted_by_their_cause(store: Store) -> None:
+    """``jobs ls --state timed_out`` lists the failed jobs whose last attempt timed out; a
+    batch's tally counts a failed job under its cause."""
+    ids = [f"0190aaaa-0000-7000-8000-00000000000{i}" for i in range(4)]
+    causes = [{"cause": "timed_out", "killed": True}, {"cause": "crashed", "signal": "SIGSEGV"},
+              {}, None]  # fmt: skip
+    rows: list[tuple[Any, ...]] = []
+    for n, (inv, cause) in enumerate(zip(ids, causes, strict=True)):
+        at = T0 + timedelta(seconds=10 * n)
+        submit = {"seq": n + 1, "batch": ids[0]}
+        rows.append((NS, Q, inv, at, E.SUBMITTED, 0, None, None, submit))
+        run = {"seq": n + 1, "run": f"r{n}"}
+        rows.append((NS, Q, inv, at + timedelta(seconds=1), E.CLAIMED, 1, "w", 1, run))
+        rows.append((NS, Q, inv, at + timedelta(seconds=1), E.STARTED, 1, "w", 1, run))
+        end = E.SUCCEEDED if cause is None else E.FAILED
+        rows.append(
+            (NS, Q, inv, at + timedelta(seconds=2), end, 1, "w", 1, {**run, **(cause or {})})
+        )
+    await store.append_invocation_events(rows)
+    for cause, expected in ((Cause.TIMED_OUT, [ids[0]]), (Cause.CRASHED, [ids[1]])):
+        listed = await store.list_jobs(NS, state=cause)
+        assert [(j.id, j.state, j.cause) for j in listed] == [(expected[0], "failed", cause)]
+    failed = await store.list_jobs(NS, state=InvocationState.FAILED)
+    assert {j.id: j.cause for j in failed} == {ids[0]: "timed_out", ids[1]: "crashed", ids[2]: None}
+    [tally] = await store.batch_tallies(NS, [ids[0]])
+    assert tally.states == {"timed_out": 1, "crashed": 1, "failed": 1, "succeeded": 1}
+    record = await store.get_job(NS, ids[1])
+    assert record is not None and record.result_epoch == 1  # its result is still found
+    assert [(a.outcome, a.signal) for a in record.job.attempts] == [("crashed", "SIGSEGV")]

@@ -70,8 +70,9 @@ async def check_redelivery(bus: WorkBus, inv: Invocation, epoch: int, me: str) -
     earlier = UNKNOWN
     if answer.history:
         earlier = Earlier(
-            counted=answer.counted, lost_in_row=answer.lost_in_row, preempted=answer.preempted
-        )
+            counted=answer.counted, lost_in_row=answer.lost_in_row, preempted=answer.preempted,
+            executions=answer.attempts,
+        )  # fmt: skip
     return Redelivery(held=_held(answer, me), earlier=earlier, takeover=answer.takeover)
 
 

@@ -40,16 +40,23 @@ class Earlier:
     lost_in_row: int = 0
     #: an earlier attempt was preempted or lost (the run sees ``LAKESHORE_PREEMPTED=1``)
     preempted: bool = False
+    #: earlier attempts of any outcome; ``None``: not known (every earlier delivery was one)
+    executions: int | None = 0
 
     def attempt(self, epoch: int) -> int:
         """The number of the claim ``epoch``'s attempt among those that count (1-based)."""
         return (epoch - 1 if self.counted is None else self.counted) + 1
 
+    def number(self, epoch: int) -> int:
+        """The claim ``epoch``'s attempt number among all (1-based): ``LAKESHORE_ATTEMPT``,
+        its log's. A hand-back raises the delivery count, not this."""
+        return (epoch - 1 if self.executions is None else self.executions) + 1
+
 
 #: A first delivery's: nothing before it.
 FIRST = Earlier()
 #: A redelivery's when the control plane does not answer.
-UNKNOWN = Earlier(counted=None)
+UNKNOWN = Earlier(counted=None, executions=None)
 
 
 def should_retry(attempt: int, max_attempts: int) -> bool:

@@ -7,7 +7,20 @@ import {
 const TERMINAL = new Set(["succeeded", "failed", "cancelled", "dropped"]);
 // What the retry route takes: a job that ended without its value.
 const RETRIED = new Set(["failed", "cancelled", "dropped"]);
-const JOB_STATES = ["pending", "running", ...TERMINAL];
+// A failed job's cause (its last attempt timed out or crashed): a filter of its own too.
+const CAUSES = ["timed_out", "crashed"];
+const JOB_STATES = ["pending", "running", ...TERMINAL, ...CAUSES];
+
+// A job's state badge, with a failed job's cause beside it.
+function stateBadge(job) {
+  return `${badge(job.state)}${job.cause ? ` ${badge(job.cause)}` : ""}`;
+}
+
+// An attempt's outcome: a crash's signal, a timeout's SIGKILL when the grace ran out.
+function outcomeBadge(a) {
+  const how = a.signal || (a.killed ? "SIGKILL" : "");
+  return `${badge(a.outcome)}${how ? ` <span class="muted">${h(how)}</span>` : ""}`;
+}
 
 // A daemon as the CLI shows it: its name, or its id once its row is gone (the id on hover).
 function daemon(id, name) {
@@ -39,7 +52,7 @@ export async function jobsView(el, params) {
   const shown = jobs.filter((j) => Date.parse(j.submitted_at) >= cutoff);
   const rows = shown.map(
     (j) => `<tr data-job="${h(j.id)}"><td><a href="#/job/${enc(j.id)}">${h(j.id)}</a></td>
-      <td>${h(j.queue)}</td><td data-col="state">${badge(j.state)}</td>
+      <td>${h(j.queue)}</td><td data-col="state">${stateBadge(j)}</td>
       <td><code>${h(j.fn || (j.command || []).join(" "))}</code></td>
       <td class="num">${j.attempt}/${j.max_attempts}</td><td>${daemon(j.worker, j.worker_name)}</td>
       <td>${clock(j.submitted_at)}</td><td>${clock(j.finished_at)}</td>
@@ -81,7 +94,7 @@ function timeline(job) {
       <td class="num">${a.attempt}${epoch}</td>
       <td>${daemon(a.worker, a.worker_name)}</td>
       <td>${clock(a.started_at)}</td><td>${clock(a.ended_at)}</td>
-      <td>${badge(a.outcome)}${a.duplicate ? ` ${badge("duplicate")}` : ""}</td>
+      <td>${outcomeBadge(a)}${a.duplicate ? ` ${badge("duplicate")}` : ""}</td>
       <td class="wrap">${a.error ? `<span class="error">${errorLine(a.error)}</span>` : ""}</td>
       <td><div class="timeline"><div class="bar ${h(stale ? "stale" : a.outcome)}"
         style="left:${left.toFixed(2)}%;width:${width.toFixed(2)}%"></div></div></td></tr>`;
@@ -202,7 +215,7 @@ export async function jobView(el, params, [id]) {
     const log = followLog(base, job.id);
     render(
       el,
-      `<h1>Job ${h(job.id)} <span id="job-state">${badge(job.state)}</span></h1>
+      `<h1>Job ${h(job.id)} <span id="job-state">${stateBadge(job)}</span></h1>
       <div class="actions">${TERMINAL.has(job.state) ? "" : `<button type="button" class="danger" data-cancel="${h(job.id)}">cancel</button>`}
         ${RETRIED.has(job.state) ? `<button type="button" data-retry="${h(job.id)}">retry</button>` : ""}
         <a href="#/jobs?queue=${enc(job.queue)}">all jobs of ${h(job.queue)}</a></div>
