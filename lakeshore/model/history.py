@@ -30,6 +30,12 @@ class HistoryPoint(Struct, frozen=True, kw_only=True):
     #: went between two points' ends still shows. From the raw events only: 0 in a minute
     #: whose events were compacted
     pending_rise: int = 0
+    #: how much the pending count moved over the interval (up on a submit or a retry, down
+    #: on a start, a drop or a pending invocation's cancel), compacted minutes included: the
+    #: level at any interval's end is the current count less the changes after it
+    pending_change: int = 0
+    #: how much the running count moved (up on a start, down when a started run ends)
+    running_change: int = 0
 
 
 class QueueHistory(Struct, frozen=True, kw_only=True):

@@ -38,6 +38,9 @@ class _Point:
     run_n: int = 0
     #: how far pending rose within the interval (raw events only: see HistoryPoint)
     pending_rise: int = 0
+    #: how much the pending and running counts moved over the interval
+    pending_change: int = 0
+    running_change: int = 0
 
 
 def bucket_start(at: datetime, every_s: float) -> datetime:
@@ -64,10 +67,12 @@ def points(
     def slot(b: datetime) -> _Point:
         return acc.setdefault(b.astimezone(UTC), _Point())
 
-    for b, *counts, rise in con.execute(q.COUNTS, [every_s, *window]).fetchall():
+    for b, *counts, moved, ran, rise in con.execute(q.COUNTS, [every_s, *window]).fetchall():
         p = slot(b)
         p.counts = [x + y for x, y in zip(p.counts, counts, strict=True)]
         p.pending_rise = int(rise)
+        p.pending_change += int(moved or 0)
+        p.running_change += int(ran or 0)
     params = [namespace, queue, namespace, queue, start, every_s, start, until, every_s]
     for kind, b, qs, n in con.execute(q.DURATIONS, [*params, start, until]).fetchall():
         p = slot(b)
@@ -78,7 +83,9 @@ def points(
     for b, *row in con.execute(q.AGGREGATES, [every_s, *window]).fetchall():
         p = slot(b)
         p.counts = [x + int(y or 0) for x, y in zip(p.counts, row[:4], strict=True)]
-        w50, w95, wn, r50, rn = row[4:]
+        w50, w95, wn, r50, rn, moved, ran = row[4:]
+        p.pending_change += int(moved or 0)
+        p.running_change += int(ran or 0)
         p.wait50, p.wait95, p.wait_n = p.wait50 + (w50 or 0), p.wait95 + (w95 or 0), p.wait_n + wn
         p.run50, p.run_n = p.run50 + (r50 or 0), p.run_n + rn
     return [_point(at, p) for at, p in sorted(acc.items())]
@@ -93,6 +100,7 @@ def _point(at: datetime, p: _Point) -> HistoryPoint:
         ts=at, submitted=submitted, started=started, succeeded=succeeded, failed=failed,
         wait_p50_s=mean(p.wait50, p.wait_n), wait_p95_s=mean(p.wait95, p.wait_n),
         run_p50_s=mean(p.run50, p.run_n), pending_rise=p.pending_rise,
+        pending_change=p.pending_change, running_change=p.running_change,
     )  # fmt: skip
 
 

@@ -30,19 +30,29 @@ _PENDING_STEP = """CASE WHEN type IN ('submitted', 'retrying') THEN 1
     WHEN type IN ('started', 'dropped') OR (type = 'cancelled' AND epoch IS NULL) THEN -1
     ELSE 0 END"""
 
-# The counts per interval, and how far pending rose within it above its level at the
-# interval's start (at least 0): a burst that comes and goes between two intervals' ends
-# still shows. ``level`` runs over the whole window (one sort, not one per interval; the
-# events of one instant move it together); an interval's start is the sum of the steps
-# before it. Params: every_s, namespace, queue, since, until.
+# How running moves: up on a start, down when a started run ends (its outcome, a retry,
+# an interrupt, its daemon lost, a cancel of it). A poison pill's end ran nothing.
+_RUNNING_STEP = """CASE WHEN type = 'started' THEN 1
+    WHEN type IN ('succeeded', 'failed', 'retrying', 'cancelled') AND epoch IS NOT NULL
+        AND coalesce(json_extract_string(detail, '$.reason'), '') <> 'lost_too_often' THEN -1
+    ELSE 0 END"""
+
+# The counts per interval, how much pending and running moved in it, and how far pending
+# rose within it above its level at the interval's start (at least 0): a burst that comes
+# and goes between two intervals' ends still shows. ``level`` runs over the whole window
+# (one sort, not one per interval; the events of one instant move it together); an
+# interval's start is the sum of the steps before it. Params: every_s, namespace, queue,
+# since, until.
 COUNTS = f"""SELECT b,
         count(*) FILTER (WHERE type = 'submitted'),
         count(*) FILTER (WHERE type = 'started'),
         count(*) FILTER (WHERE type = 'succeeded'),
         count(*) FILTER (WHERE type = 'failed'),
+        sum(step), sum(run_step),
         greatest(0, max(level) - (sum(sum(step)) OVER (ORDER BY b) - sum(step)))
     FROM (
         SELECT {_BUCKET.format(col="ts")} AS b, type, {_PENDING_STEP} AS step,
+            {_RUNNING_STEP} AS run_step,
             sum({_PENDING_STEP}) OVER (ORDER BY ts) AS level
         FROM invocation_events
         WHERE namespace = ? AND queue = ? AND ts >= ? AND ts < ? AND {ACCEPTED}
@@ -74,7 +84,7 @@ DURATIONS = f"""WITH t AS ({_times("invocation_events", _IN_WINDOW)})
 AGGREGATES = f"""SELECT {_BUCKET.format(col="minute")} AS b,
         sum(submitted), sum(started), sum(succeeded), sum(failed),
         sum(wait_p50_s * wait_n), sum(wait_p95_s * wait_n), sum(wait_n),
-        sum(run_p50_s * run_n), sum(run_n)
+        sum(run_p50_s * run_n), sum(run_n), sum(pending_change), sum(running_change)
     FROM history_minutes
     WHERE namespace = ? AND queue = ? AND minute >= ? AND minute < ?
     GROUP BY b"""
@@ -97,7 +107,8 @@ COMPACT = f"""INSERT INTO history_minutes
             count(*) FILTER (WHERE type = 'submitted') AS submitted,
             count(*) FILTER (WHERE type = 'started') AS started,
             count(*) FILTER (WHERE type = 'succeeded') AS succeeded,
-            count(*) FILTER (WHERE type = 'failed') AS failed
+            count(*) FILTER (WHERE type = 'failed') AS failed,
+            sum({_PENDING_STEP}) AS pending_change, sum({_RUNNING_STEP}) AS running_change
         FROM ev GROUP BY ALL
     ),
     queues AS (SELECT DISTINCT namespace, invocation_id, queue FROM ev),
@@ -117,7 +128,8 @@ COMPACT = f"""INSERT INTO history_minutes
     )
     SELECT namespace, queue, minute, coalesce(submitted, 0), coalesce(started, 0),
         coalesce(succeeded, 0), coalesce(failed, 0), wait_p50_s, wait_p95_s,
-        coalesce(wait_n, 0), run_p50_s, coalesce(run_n, 0)
+        coalesce(wait_n, 0), run_p50_s, coalesce(run_n, 0), coalesce(pending_change, 0),
+        coalesce(running_change, 0)
     FROM counts FULL JOIN waits USING (namespace, queue, minute)
         FULL JOIN runs USING (namespace, queue, minute)"""
 

@@ -228,6 +228,24 @@ async def test_the_pending_chart_shows_a_burst_that_came_and_went_within_a_minut
     await expect(pending).to_have_attribute("data-max", "5")
 
 
+async def test_the_pending_chart_of_a_retried_job_never_shows_more_than_was_pending(
+    page: Page, api
+):
+    """Two retries raise pending twice and start it three times: a chart that walked back
+    from the current count by submits and starts alone showed 2 pending before the queue
+    had any job; derived from the history's own changes, it never passes 1."""
+    assert (await api.post(f"{NS}/queues", {"name": "again"}))[0] == 201
+    await launch(api, "retrier", ["again"])
+    command = ["sh", "-c", '[ "$LAKESHORE_ATTEMPT" -ge 3 ] || exit 1']
+    job = await submit(api, "again", command=command, max_attempts=3)
+    status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+    assert status == 200 and result["ok"], result
+    await show(page, "#/queue/default/again")
+    await expect(page.locator('[data-key="pending"]')).to_have_text("0")
+    pending = page.locator("#backlog-plot path[data-series=pending]")
+    await expect(pending).to_have_attribute("data-max", "1")
+
+
 async def test_jobs_and_attempts_name_the_daemon_that_ran_them(page: Page, api):
     assert (await api.post(f"{NS}/queues", {"name": "prep"}))[0] == 201
     worker = await launch(api, "prep-00", ["prep"])

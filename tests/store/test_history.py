@@ -84,6 +84,9 @@ async def test_points_show_a_burst_of_pending_that_came_and_went_within_an_inter
     pts = await store.queue_history("ns", "q", T0, until, 60)
     assert [(p.submitted, p.started, p.succeeded) for p in pts] == [(5, 5, 5), (2, 2, 0), (2, 0, 0)]
     assert [p.pending_rise for p in pts] == [5, 2, 1]
+    # How far each minute moved the counts, retries and cancels included: walked back from
+    # the current ones (pending r2 and c2, running r1), every minute's level is exact.
+    assert [(p.pending_change, p.running_change) for p in pts] == [(0, 0), (1, 1), (1, 0)]
     assert [p.pending_rise for p in await store.queue_history("ns", "q", T0, until, 180)] == [5]
 
 

@@ -94,10 +94,11 @@ async function history(ns, name) {
   }
 }
 
-// Pending and running per minute from the history's counts, anchored on the current ones:
-// going back in time, each minute undoes what it submitted, started and finished. Pending is
-// the minute's peak: its level at the start plus how far it rose within the minute, so a
-// burst that came and went between two minutes' ends still shows.
+// Pending and running per minute from the history's rows, anchored on the current counts:
+// going back in time, each minute undoes how much it moved them (its submits, retries,
+// starts, drops and cancels, counted by the server). Pending is the minute's peak: its level
+// at the start plus how far it rose within the minute, so a burst that came and went between
+// two minutes' ends still shows.
 function backlog(points, stats) {
   let pending = stats.pending;
   let running = stats.running;
@@ -105,10 +106,10 @@ function backlog(points, stats) {
   for (let i = points.length - 1; i >= 0; i--) {
     const p = points[i];
     const end = pending;
-    pending -= (p.submitted || 0) - (p.started || 0);
+    pending -= p.pending_change || 0;
     const peak = Math.max(end, pending + (p.pending_rise || 0));
     out.unshift([Date.parse(p.ts), Math.max(0, peak), Math.max(0, running)]);
-    running -= (p.started || 0) - (p.succeeded || 0) - (p.failed || 0);
+    running -= p.running_change || 0;
   }
   return out;
 }
