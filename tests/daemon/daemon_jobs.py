@@ -68,9 +68,11 @@ def whoami() -> dict[str, object]:
 
 
 def checkpointing(path: str) -> str:
-    """Sleeps for an hour; a stop's ``RunStopped`` runs its ``finally``, which checkpoints."""
-    pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
+    """Sleeps for an hour; a stop's ``RunStopped`` runs its ``finally``, which checkpoints.
+    Its pid is written inside the ``try``: a stop that comes the moment the pid shows (a
+    descheduled worker on a loaded machine) still finds the ``finally``."""
     try:
+        pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
         time.sleep(3600)
     finally:
         pathlib.Path(path).write_text("step 7")
@@ -82,8 +84,8 @@ def catches_its_stop(path: str) -> str:
     it caught, and lets the stop go on."""
     import lakeshore
 
-    pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
     try:
+        pathlib.Path(path + ".pid").write_text(f"{os.getpid()}\n")
         time.sleep(3600)
     except lakeshore.RunStopped as e:
         pathlib.Path(path).write_text(f"{type(e).__module__}.{type(e).__qualname__}: {e}")
