@@ -192,6 +192,13 @@ def test_a_holder_lets_a_run_go_only_by_a_heartbeat_sent_after_its_claim_without
     assert not let_go(Report(ClaimMark("boot-1", 9), frozenset()), "j", None)  # not recorded
 
 
+async def _handed_back_by_its_own_daemon(caplog) -> None:
+    await eventually(
+        lambda: any("it runs here" in r.getMessage() for r in caplog.records),
+        until=bool, timeout_s=WAIT_S, what="the redelivery handed back by its own daemon",
+    )  # fmt: skip
+
+
 async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_back(
     world: World, tmp_path: Path, caplog
 ) -> None:
@@ -207,10 +214,7 @@ async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_
         await eventually(starts.exists, until=bool, timeout_s=WAIT_S, what="the job started")
         # Its daemon has a free slot: the redelivery comes back to it, which runs it already.
         await _peer_reply(world, peer, "solo", job, b"-NAK")
-        await eventually(
-            lambda: any("it runs here" in r.getMessage() for r in caplog.records),
-            until=bool, timeout_s=WAIT_S, what="the redelivery handed back by its own daemon",
-        )  # fmt: skip
+        await _handed_back_by_its_own_daemon(caplog)
         assert starts.read_text() == "started\n"
 
 
@@ -252,10 +256,7 @@ async def test_hand_backs_do_not_raise_the_attempt_number_nor_move_its_log(
         job = await running.submit(world.api, "numbered", {"command": command, "max_attempts": 2})
         await eventually(seen.exists, until=bool, timeout_s=WAIT_S, what="attempt 1 started")
         await _peer_reply(world, peer, "numbered", job, b"-NAK")
-        await eventually(
-            lambda: any("it runs here" in r.getMessage() for r in caplog.records),
-            until=bool, timeout_s=WAIT_S, what="the peer's redelivery handed back",
-        )  # fmt: skip
+        await _handed_back_by_its_own_daemon(caplog)
         flag.touch()  # attempt 1 fails now; its retry runs
         await running.reaches(world.api, job, "succeeded", wait_s=WAIT_S + 10)
     assert seen.read_text() == "1\n2\n"
