@@ -272,7 +272,9 @@ class Claimer:
         self._claims += 1
         mark = ClaimMark(self._boot, self._claims)
         self._in_hand.add(inv.id)
-        claim = await self._vet(msg, inv, queue, level, layout, stolen, (delivered_at, mark))
+        claim = await self._vet(
+            msg, inv, queue, level, layout, stolen, delivered_at=delivered_at, mark=mark
+        )
         if claim is None:
             self._in_hand.discard(inv.id)
         return claim
@@ -285,7 +287,9 @@ class Claimer:
         level: int,
         layout: QueueLayout,
         stolen: bool,
-        taken: tuple[datetime, ClaimMark],
+        *,
+        delivered_at: datetime,
+        mark: ClaimMark,
     ) -> Claim | None:
         """The claim of a redelivery is run only if the control plane's answer says so."""
         meta = msg.metadata
@@ -323,9 +327,9 @@ class Claimer:
             ack_wait_s=layout.ack_wait_s,
             stolen=stolen,
             earlier=earlier,
-            delivered_at=taken[0],
+            delivered_at=delivered_at,
             takeover=takeover,
-            mark=taken[1],
+            mark=mark,
         )
 
     async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:

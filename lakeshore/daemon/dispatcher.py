@@ -28,7 +28,7 @@ from msgspec import Struct
 from lakeshore.daemon.claimer import Claim, Claimer
 from lakeshore.daemon.job import Job, JobContext, Stop
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import ClaimMark, WorkerStatus, now
+from lakeshore.model import ClaimMark, WorkerStatus
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,6 @@ class Snapshot:
     status: WorkerStatus
     #: the invocations it runs or has claimed to run
     current: list[str]
-    #: when (the daemon's clock)
-    ts: datetime
     #: the latest claim taken: one at or before it is in ``current`` while held
     claims: ClaimMark | None = None
 
@@ -132,9 +130,7 @@ class Dispatcher:
         else:
             status = WorkerStatus.BUSY if self._jobs else WorkerStatus.IDLE
         current = {j.id for j in self._jobs.values()} | self._claimer.in_hand()
-        return Snapshot(
-            status=status, current=sorted(current), ts=now(), claims=self._claimer.latest()
-        )
+        return Snapshot(status=status, current=sorted(current), claims=self._claimer.latest())
 
     def runs(self, invocation_id: str) -> bool:
         """Whether a claim of ``invocation_id`` is running or settling here."""

@@ -96,7 +96,7 @@ class Heartbeater:
         """Send one heartbeat and apply its reply; ``None`` when nobody answered."""
         snap = self._dispatcher.snapshot()
         try:
-            reply = await self._send(snap.status, snap.current, snap.ts, snap.claims)
+            reply = await self._send(snap.status, snap.current, snap.claims)
         except LakeshoreError as e:
             if not self._failing:
                 log.warning("heartbeat not answered: %s", e)
@@ -150,7 +150,6 @@ class Heartbeater:
         self,
         status: WorkerStatus,
         current: list[str],
-        ts: datetime | None = None,
         claims: ClaimMark | None = None,
     ) -> HeartbeatReply:
         hb = Heartbeat(
@@ -158,7 +157,7 @@ class Heartbeater:
             namespace=self.worker.namespace,
             status=status,
             current=current,
-            ts=ts or now(),
+            ts=now(),
             claims=claims,
             renew=self._credential.due(),
         )

@@ -585,7 +585,7 @@ def claim_mark(record: JobRecord | None, epoch: int, worker: str) -> ClaimMark |
     """The mark of ``worker``'s claim of attempt ``epoch``; ``None``: not in the history."""
     if record is None:
         return None
-    marks = [a.claim_mark for a in record.job.attempts if a.epoch == epoch and a.worker == worker]
+    marks = (a.claim_mark for a in record.job.attempts if a.epoch == epoch and a.worker == worker)
     return next((m for m in marks if m is not None), None)
 
 

@@ -103,6 +103,14 @@ async def _member(world: World, name: str, queue: str, concurrency: int) -> Daem
     )  # fmt: skip
 
 
+async def _queue_and_peer(world: World, caplog, queue: str) -> Client:
+    """A new queue of the victim's namespace and a peer daemon's connection to harass it
+    with; the claimer's hand-backs are logged (the tests read them)."""
+    caplog.set_level(logging.INFO, logger=CHATTY.name)
+    assert (await world.api.post(Q, {"name": queue}))[0] == 201
+    return await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
+
+
 async def _peer_reply(world: World, peer: Client, queue: str, job: str, verb: bytes) -> None:
     """A peer's ``verb`` (``-NAK``, ``+ACK``, ``+TERM``) on the delivery of ``job``: its
     stream sequence, and a consumer sequence the consumer has delivered (what JetStream
@@ -122,11 +130,9 @@ async def _peer_reply(world: World, peer: Client, queue: str, job: str, verb: by
 async def test_a_peers_nak_burst_ack_and_term_leave_one_execution_whose_outcome_is_the_holders(
     world: World, tmp_path: Path, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger=CHATTY.name)
-    assert (await world.api.post(Q, {"name": "pair"}))[0] == 201
+    peer = await _queue_and_peer(world, caplog, "pair")
     holder = await _member(world, "holder", "pair", concurrency=2)
     other = await _member(world, "other", "pair", concurrency=1)
-    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
     starts = {name: tmp_path / name for name in ("nakked", "acked", "termed")}
     script = STARTS.replace("time.sleep(60)", f"time.sleep({RUN_S}); print('done')")
 
@@ -202,10 +208,8 @@ async def _handed_back_by_its_own_daemon(caplog) -> None:
 async def test_a_peers_nak_that_brings_the_run_back_to_its_own_daemon_is_handed_back(
     world: World, tmp_path: Path, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger=CHATTY.name)
-    assert (await world.api.post(Q, {"name": "solo"}))[0] == 201
+    peer = await _queue_and_peer(world, caplog, "solo")
     solo = await _member(world, "solo", "solo", concurrency=2)
-    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
     starts = tmp_path / "starts"
     async with running.daemon(solo):
         command = [sys.executable, "-c", STARTS, str(starts)]
@@ -246,10 +250,8 @@ async def test_hand_backs_do_not_raise_the_attempt_number_nor_move_its_log(
     """A peer's NAK raises the delivery count of a running job (its redelivery is handed
     back); the retry after its failure is still attempt 2 — ``LAKESHORE_ATTEMPT``, the
     attempt ``jobs show`` lists, and the log ``?attempt=2`` reads."""
-    caplog.set_level(logging.INFO, logger=CHATTY.name)
-    assert (await world.api.post(Q, {"name": "numbered"}))[0] == 201
+    peer = await _queue_and_peer(world, caplog, "numbered")
     solo = await _member(world, "numbered", "numbered", concurrency=2)
-    peer = await world.as_daemon(await world.join(world.peer_token, NS), "peer daemon")
     seen, flag = tmp_path / "seen", tmp_path / "flag"
     async with running.daemon(solo):
         command = [sys.executable, "-c", NUMBERED, str(seen), str(flag)]
