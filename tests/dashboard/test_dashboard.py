@@ -226,7 +226,7 @@ async def test_the_pending_chart_shows_a_burst_that_came_and_went_within_a_minut
 
 
 async def test_the_pending_chart_of_a_retried_job_never_shows_more_than_was_pending(
-    page: Page, api
+    page: Page, api, screens: Path
 ):
     """Two retries raise pending twice and start it three times: a chart that walked back
     from the current count by submits and starts alone showed 2 pending before the queue
@@ -238,6 +238,7 @@ async def test_the_pending_chart_of_a_retried_job_never_shows_more_than_was_pend
     status, result = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
     assert status == 200 and result["ok"], result
     await _pending_chart_peaks_at(page, "again", 1)
+    await page.screenshot(path=screens / "queue-retried.png", full_page=True)
 
 
 async def _pending_chart_peaks_at(page: Page, queue: str, peak: int) -> None:
@@ -294,7 +295,9 @@ async def test_a_traceback_starts_at_the_users_frame_folds_lakeshores_and_wraps(
     await page.screenshot(path=screens / "traceback.png", full_page=True)
 
 
-async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(page: Page, api):
+async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(
+    page: Page, api, screens: Path
+):
     assert (await api.post(f"{NS}/queues", {"name": "slow"}))[0] == 201
     await launch(api, "slowpoke", ["slow"])
     job = await submit(
@@ -305,7 +308,9 @@ async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(pag
     await show(page, f"#/job/{job}")
     await expect(page.locator("#job-state")).to_have_text("failed timed_out")
     await expect(page.locator('tr[data-attempt="1"]')).to_contain_text("timed_out SIGKILL")
+    await page.screenshot(path=screens / "job-timed-out.png", full_page=True)
     await show(page, "#/jobs?state=timed_out")
     row = page.locator(f'tr[data-job="{job}"]')
     await expect(row.locator('[data-col="state"]')).to_have_text("failed timed_out")
     await expect(page.locator("tr[data-job]")).to_have_count(1)
+    await page.screenshot(path=screens / "jobs-timed-out.png", full_page=True)
