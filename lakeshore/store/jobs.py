@@ -224,7 +224,7 @@ _Run = tuple[int, str | None, str | None]
 
 
 def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attempt], int]:
-    """One attempt per execution, and the number of stale events.
+    """One attempt per execution, and the number of stale completions.
 
     An execution is one claim a daemon ran: its epoch, the worker, and the run id the daemon
     gives each claim it runs (``detail.run``). One epoch can be run twice: by a second daemon
@@ -243,10 +243,12 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
     runs: dict[_Run, dict[str, Any]] = {}
     stale = 0
     for type_, epoch, number, worker, ts, raw in events:
-        stale += type_ == EventType.STALE
+        detail = _rows.from_json(raw) or {}
+        # A daemon's completion refused as too late; the control plane's own lost mark that
+        # lost the race with the heir's claim is bookkeeping, not a completion.
+        stale += type_ == EventType.STALE and detail.get("reason") != LOST_DAEMON
         if epoch is None:
             continue
-        detail = _rows.from_json(raw) or {}
         if detail.get("reason") == LOST_TOO_OFTEN:
             continue  # a poison pill's end: that delivery was not run
         key = (epoch, worker, detail.get("run")) if worker is not None else _run_of(runs, epoch)

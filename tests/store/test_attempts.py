@@ -149,7 +149,8 @@ async def test_the_planes_lost_mark_refused_after_the_heirs_claim_still_reads_lo
 ) -> None:
     """The lease ran out before the lost mark: the heir claimed first, so the plane's own
     ``retrying`` (reason lost) was refused as stale — the attempt is lost, not stale, and
-    ends at the daemon's last heartbeat."""
+    ends at the daemon's last heartbeat; the job counts no stale completion (no daemon
+    completed late)."""
     heard = T0 + timedelta(seconds=2)
     lost = {"seq": 1, "reason": "lost", "last_heard": heard.isoformat(),
             "stale_type": "retrying", "stale_reason": "superseded by epoch 2"}  # fmt: skip
@@ -168,7 +169,7 @@ async def test_the_planes_lost_mark_refused_after_the_heirs_claim_still_reads_lo
         ("lost", "a"), ("succeeded", "b")
     ]  # fmt: skip
     assert record.job.attempts[0].ended_at == heard
-    assert record.job.counted_attempts == 1
+    assert record.job.counted_attempts == 1 and record.job.stale == 0
 
 
 async def test_failed_jobs_are_listed_and_counted_by_their_cause(store: Store) -> None:
