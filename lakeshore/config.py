@@ -109,6 +109,11 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     hand takes its own ``--log-max-bytes`` (the same default)."""
     log_retention_days: Annotated[float, Meta(gt=0)] = 7.0
     """How long runs' live logs are kept (the ``LS_LOGS`` stream's max age), in days."""
+    code_max_bytes: Annotated[int, Meta(ge=1)] = 100 * 1024 * 1024
+    """Largest code snapshot (its files' bytes together) an upload may be, in bytes; over
+    it, a submit with ``code`` is refused naming its size and largest files."""
+    code_max_files: Annotated[int, Meta(ge=1)] = 10_000
+    """Most files a code snapshot may hold."""
     metrics_port: Port | None = None
     """A listener of its own serving ``GET /metrics`` without a token (for scrapers);
     ``None``: only the API's token-guarded ``/metrics``; 0 picks a free port."""

@@ -103,6 +103,12 @@ class WorkerNotFound(NotFound):
         super().__init__(f"no worker with id or name {ref!r} in namespace {namespace!r}")
 
 
+class SnapshotNotFound(NotFound):
+    """No code snapshot is stored under the digest in the caller's org (404)."""
+
+    code = "snapshot_not_found"
+
+
 class TokenNotFound(NotFound):
     code = "token_not_found"
 
@@ -159,6 +165,13 @@ class WrongState(Conflict):
 class TooLarge(LakeshoreError):
     code = "too_large"
     http_status = 413
+
+
+class SnapshotTooLarge(TooLarge):
+    """A code snapshot over the server's bounds (413): its size, file count and largest
+    files (spec/code.md)."""
+
+    code = "snapshot_too_large"
 
 
 class QueueFull(LakeshoreError):

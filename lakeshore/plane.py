@@ -69,6 +69,7 @@ from lakeshore.security.replies import SteeredReplies
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
+from lakeshore.services.code import CodeService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 from lakeshore.services.lost_runs import LostRuns
@@ -85,6 +86,8 @@ CATCH_UP_TIMEOUT_S = 300.0
 #: JetStream API timeouts of the lease's and the state log's requests (seconds).
 LEASE_API_TIMEOUT_S = 1.0
 STATE_API_TIMEOUT_S = 3.0
+#: JetStream API timeout of the code buckets (a 100 MiB snapshot is stored in 256 KiB chunks).
+CODE_API_TIMEOUT_S = 30.0
 #: Idempotency keys stay in the state stream this much longer than they name an
 #: invocation (seconds), so no replica's file drops one before its time.
 KEY_TTL_MARGIN_S = 3600
@@ -484,8 +487,15 @@ class ControlPlane:
                 quotas=settings.quotas,
             )
         )
+        code = CodeService(
+            bus.nc.jetstream(timeout=CODE_API_TIMEOUT_S),
+            max_bytes=settings.code_max_bytes,
+            max_files=settings.code_max_files,
+            replicas=settings.replicas,
+        )
         services = Services(
             access=gate,
+            code=code,
             jobs=JobService(
                 store=store,
                 results=events,
@@ -498,6 +508,7 @@ class ControlPlane:
                 metrics=metrics.invocations,
                 quotas=settings.quotas,
                 lost_after_s=settings.lost_after_s,
+                code=code,
             ),
             queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
             fleet=FleetService(

@@ -135,9 +135,9 @@ async def delete_lakeshore_streams(url: str) -> None:
     try:
         js = nc.jetstream()
         for name in await js.streams_info():
-            # The queues, the events and the rows (LS_STATE), and the leader lease: the
-            # next test's control plane starts on a clean slate, and leads at once.
-            if name.config.name.startswith(("LS_", "KV_LS_LEASE")):
+            # The queues, the events and the rows (LS_STATE), the leader lease and the code
+            # buckets: the next test's control plane starts on a clean slate, and leads at once.
+            if name.config.name.startswith(("LS_", "KV_LS_LEASE", "OBJ_LS_CODE_")):
                 await js.delete_stream(name.config.name)
     finally:
         await nc.close()

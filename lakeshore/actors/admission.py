@@ -99,6 +99,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
                 stop_grace_s=spec.stop_grace_s,
                 isolation=spec.isolation,
                 max_lost=spec.max_lost,
+                code=spec.code,
             )
         )
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -243,6 +244,8 @@ def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any
         "max_lost": spec.max_lost,
         "isolation": spec.isolation,
     }
+    if spec.code is not None:
+        detail["code"] = spec.code
     if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
         detail["args"], detail["kwargs"] = spec.args, spec.kwargs
     if spec.env:

@@ -204,3 +204,23 @@ def lease_stream(bucket: str = LEASE_BUCKET) -> str:
 def lease_subject(bucket: str = LEASE_BUCKET, key: str = LEASE_KEY) -> str:
     """The subject a KV key is written on (what ``kv.create`` publishes to)."""
     return f"$KV.{bucket}.{key}"
+
+
+#: An org's code snapshots (spec/code.md): one JetStream Object Store bucket per org.
+CODE_BUCKET_PREFIX = "LS_CODE_"
+
+
+def code_bucket(org: str) -> str:
+    """The Object Store bucket holding ``org``'s code snapshots, one object per digest."""
+    return f"{CODE_BUCKET_PREFIX}{org}"
+
+
+def code_stream(org: str) -> str:
+    """The stream behind :func:`code_bucket` (nats-py's ``OBJ_<bucket>``)."""
+    return f"OBJ_{code_bucket(org)}"
+
+
+def code_read_subject(org: str) -> str:
+    """The one JetStream API subject a daemon reads its org's snapshots by (a message get:
+    an object's meta by subject, then its chunks one by one)."""
+    return f"$JS.API.STREAM.MSG.GET.{code_stream(org)}"

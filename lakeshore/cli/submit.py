@@ -15,12 +15,14 @@ import json
 from typing import Any
 
 import click
+import msgspec
 
 from lakeshore.cli import output
 from lakeshore.cli.context import LakeshoreCommand, settings
 from lakeshore.cli.jobs import print_log, show_result
 from lakeshore.cli.options import key_values
 from lakeshore.cli.params import QUEUE_NAME
+from lakeshore.code.snapshot import directory_of
 from lakeshore.errors import NotFound, Unavailable
 from lakeshore.model import (
     DEFAULT_MAX_LOST,
@@ -30,6 +32,7 @@ from lakeshore.model import (
     InvocationSubmit,
 )
 from lakeshore.sdk import Client
+from lakeshore.sdk.code import SHIPPER
 from lakeshore.sdk.invocation import poll_result
 
 
@@ -122,22 +125,34 @@ def build(
     f"died each time; default {DEFAULT_MAX_LOST}).",
 )
 @click.option("--idempotency-key", metavar="K", help="Submitting the same key again is a no-op.")
+@click.option(
+    "--code",
+    metavar="DIR",
+    help="Ship DIR's files: the run has them first on sys.path and as its working "
+    "directory, on any host (uploaded once per change; .lakeshoreignore leaves files out).",
+)
 @click.option("--wait", is_flag=True, help="Wait for the result, print it, exit 1 if it failed.")
 @click.argument("command", nargs=-1, metavar="[--] CMD [ARGS]...")
-def submit(wait: bool, queue: str, **flags: Any) -> None:
+def submit(wait: bool, queue: str, code: str | None, **flags: Any) -> None:
     """Submit a command or a function call to a queue.
 
     \b
       lakeshore submit --queue cpu-prep --wait -- echo hello
       lakeshore submit --queue cpu-prep --fn tasks:double --args '[21]'
+      lakeshore submit --queue cpu-prep --code . --fn tasks:double --args '[21]'
     """
     spec = build(**flags)
+    directory = None if code is None else directory_of(code)
     conf = settings()
     fmt = conf.output or "table"
 
     async def go() -> None:
         async with Client(conf.api, conf.token, conf.namespace) as client:
-            call = client.submit(queue, spec)
+            shipped = spec
+            if directory is not None:
+                digest = await SHIPPER.ship(client, directory, None)
+                shipped = msgspec.structs.replace(spec, code=digest)
+            call = client.submit(queue, shipped)
             body = await call.body()
             answer = call.decode(body)
             for warning in answer.warnings:

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 
 import pathspec
 
-from lakeshore.errors import Invalid, TooLarge
+from lakeshore.errors import Invalid, SnapshotTooLarge
 
 #: The file at a snapshot's top whose lines (gitignore syntax) leave files out.
 IGNORE_FILE = ".lakeshoreignore"
@@ -45,12 +45,6 @@ MAX_FILES = 10_000
 #: How many of the largest files a refusal names.
 LARGEST_SHOWN = 5
 DIGEST_PREFIX = "sha256:"
-
-
-class SnapshotTooLarge(TooLarge):
-    """A snapshot over its bounds (413): its size, file count and largest files."""
-
-    code = "snapshot_too_large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +64,7 @@ class _Entry:
     source: Path  # the file read (a link's target inside the tree)
     size: int
     executable: bool
+    mtime_ns: int
 
 
 def pack(directory: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
@@ -81,13 +76,9 @@ def pack(directory: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
             points outside the directory.
         SnapshotTooLarge: over ``max_bytes`` or ``max_files``; nothing was packed.
     """
-    root = Path(directory)
-    if not root.is_dir():
-        what = "does not exist" if not root.exists() else "is not a directory"
-        raise Invalid(f"code {str(directory)!r} {what}: give the directory to ship")
-    root = root.resolve()
+    root = directory_of(directory)
     entries = _walk(root, _ignored(root))
-    _check_bounds(root, entries, max_bytes, max_files)
+    _check_bounds(f"code {root}", [(e.path, e.size) for e in entries], max_bytes, max_files)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for e in entries:
@@ -107,6 +98,18 @@ def pack(directory: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
     data = buf.getvalue()
     size = sum(e.size for e in entries)
     return Snapshot(digest=digest_of(data), data=data, files=len(entries), size=size)
+
+
+def fingerprint(directory: str | os.PathLike[str]) -> tuple[tuple[str, int, int, bool], ...]:
+    """What :func:`pack` would pack, by each file's path, size, mtime and mode, without
+    reading a file: packing again is needed only when it changed (a producer packs once per
+    change, not per submit).
+
+    Raises:
+        Invalid: as :func:`pack`.
+    """
+    root = directory_of(directory)
+    return tuple((e.path, e.size, e.mtime_ns, e.executable) for e in _walk(root, _ignored(root)))
 
 
 def digest_of(data: bytes) -> str:
@@ -146,6 +149,43 @@ def unpack(data: bytes, digest: str, dest: str | os.PathLike[str]) -> Path:
             target.write_bytes(source.read())
             target.chmod(0o755 if member.mode & stat.S_IXUSR else 0o644)
     return out
+
+
+def check(data: bytes, digest: str, *, max_bytes: int = MAX_BYTES,
+          max_files: int = MAX_FILES) -> tuple[int, int]:  # fmt: skip
+    """Check an uploaded snapshot before it is stored: its digest, that it holds plain files
+    only, each under its top, and its bounds; ``(size, files)``.
+
+    Raises:
+        Invalid: the digest differs, it is not a tar, or an entry is not a plain file
+            under its top.
+        SnapshotTooLarge: over ``max_bytes`` or ``max_files``.
+    """
+    verify(data, digest)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            members = tar.getmembers()
+    except tarfile.TarError as e:
+        raise Invalid(f"code snapshot {digest} is not a tar: {e}") from None
+    for member in members:
+        if not member.isfile() or not _inside(member.name):
+            raise Invalid(f"code snapshot {digest}: unexpected entry {member.name!r}")
+    files = [(m.name, m.size) for m in members]
+    _check_bounds(f"code snapshot {digest}", files, max_bytes, max_files)
+    return sum(n for _, n in files), len(files)
+
+
+def directory_of(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` resolved, once it is one.
+
+    Raises:
+        Invalid: it does not exist, or is not a directory.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        what = "does not exist" if not root.exists() else "is not a directory"
+        raise Invalid(f"code {str(directory)!r} {what}: give the directory to ship")
+    return root.resolve()
 
 
 def _inside(name: str) -> bool:
@@ -209,7 +249,7 @@ def _entry(root: Path, path: Path, rel: str) -> _Entry:
         raise Invalid(f"code {root}: {rel} is not a regular file; list it in {IGNORE_FILE}")
     if not os.access(source, os.R_OK):
         raise Invalid(f"code {root}: cannot read {rel}: permission denied")
-    return _Entry(rel, source, st.st_size, bool(st.st_mode & stat.S_IXUSR))
+    return _Entry(rel, source, st.st_size, bool(st.st_mode & stat.S_IXUSR), st.st_mtime_ns)
 
 
 def _unreadable(root: Path) -> Callable[[OSError], None]:
@@ -219,19 +259,20 @@ def _unreadable(root: Path) -> Callable[[OSError], None]:
     return fail
 
 
-def _check_bounds(root: Path, entries: list[_Entry], max_bytes: int, max_files: int) -> None:
-    size = sum(e.size for e in entries)
-    if size <= max_bytes and len(entries) <= max_files:
+def _check_bounds(what: str, files: list[tuple[str, int]], max_bytes: int, max_files: int) -> None:
+    """Refuse ``files`` (path, size) over the bounds, naming the largest."""
+    size = sum(n for _, n in files)
+    if size <= max_bytes and len(files) <= max_files:
         return
-    largest = sorted(entries, key=lambda e: (-e.size, e.path))[:LARGEST_SHOWN]
-    shown = ", ".join(f"{e.path} ({_human(e.size)})" for e in largest)
+    largest = sorted(files, key=lambda f: (-f[1], f[0]))[:LARGEST_SHOWN]
+    shown = ", ".join(f"{path} ({_human(n)})" for path, n in largest)
     over = (
         f"over code_max_bytes {_human(max_bytes)}"
         if size > max_bytes
         else f"over code_max_files {max_files:,}"
     )
     raise SnapshotTooLarge(
-        f"code {root} is {_human(size)} in {len(entries):,} files, {over}; its largest: "
+        f"{what} is {_human(size)} in {len(files):,} files, {over}; its largest: "
         f"{shown}. List what need not ship in {IGNORE_FILE} (gitignore syntax)"
     )
 

@@ -8,6 +8,7 @@ from aiohttp.typedefs import Middleware
 from lakeshore.http import (
     backup,
     bus,
+    code,
     controller,
     daemons,
     dashboard,
@@ -27,6 +28,7 @@ from lakeshore.http.errors import error_middleware
 from lakeshore.http.state import (
     ACCESS,
     BACKUP,
+    CODE,
     FLEET,
     HISTORY,
     JOBS,
@@ -45,6 +47,7 @@ ROUTE_MODULES = (
     invocations,
     jobs,
     logs,
+    code,
     workers,
     daemons,
     providers,
@@ -83,6 +86,8 @@ def make_app(
     app[REPLICA] = services.replica
     if services.logs is not None:
         app[LOGS] = services.logs
+    if services.code is not None:
+        app[CODE] = services.code
     docs = [d for m in ROUTE_MODULES for d in m.routes.docs]
     app[meta.OPENAPI] = meta.build_openapi(docs)
     for m in ROUTE_MODULES:

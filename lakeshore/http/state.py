@@ -9,6 +9,7 @@ from aiohttp import web
 from lakeshore.access import Access
 from lakeshore.services import FleetService, JobService, QueueService
 from lakeshore.services.backup import BackupService
+from lakeshore.services.code import CodeService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 
@@ -24,3 +25,5 @@ PROBLEMS: web.AppKey[Callable[[], list[str]]] = web.AppKey("problems")
 REPLICA: web.AppKey[Callable[[], tuple[int, int]]] = web.AppKey("replica")
 #: jobs' live logs
 LOGS: web.AppKey[LogService] = web.AppKey("logs", LogService)
+#: an org's code snapshots
+CODE: web.AppKey[CodeService] = web.AppKey("code", CodeService)

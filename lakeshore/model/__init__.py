@@ -14,6 +14,7 @@ from lakeshore.model.access import (
     TokenCreate,
     TokenCreated,
 )
+from lakeshore.model.code import DIGEST_PATTERN, CodeInfo, Digest
 from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
 from lakeshore.model.daemon import (
     BusAccess,
@@ -115,6 +116,9 @@ from lakeshore.model.workers import (
 )
 
 __all__ = [
+    "DIGEST_PATTERN",
+    "CodeInfo",
+    "Digest",
     "QUEUED",
     "is_queued",
     "MAX_BATCH",

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct
 
+from lakeshore.model.code import Digest
 from lakeshore.model.daemon import ClaimMark
 from lakeshore.model.names import DEFAULT_MAX_LOST, DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
 from lakeshore.model.redact import redacted_fields, redacted_repr
@@ -136,6 +137,10 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: lost attempts in a row (its daemon died under each) after which the invocation
     #: fails as ``lost_too_often`` rather than run again (1–100; checked at admission)
     max_lost: int = DEFAULT_MAX_LOST
+    #: the code snapshot it runs in (``sha256:…``, uploaded first: ``PUT …/code/DIGEST``):
+    #: first on the worker's ``sys.path`` and its working directory; ``None``: the
+    #: daemon's own path (spec/code.md)
+    code: Digest | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -205,6 +210,8 @@ class Invocation(Struct, frozen=True, kw_only=True):
     #: lost attempts in a row (its daemon died under each) after which the invocation
     #: fails as ``lost_too_often`` rather than run again (1–100; checked at admission)
     max_lost: int = DEFAULT_MAX_LOST
+    #: the code snapshot it runs in (spec/code.md); ``None``: the daemon's own path
+    code: str | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields

@@ -10,7 +10,7 @@ one :class:`~lakeshore.sdk.transport.Transport`: :mod:`~lakeshore.sdk.namespaces
 (namespaces and tokens), :mod:`~lakeshore.sdk.queues`, :mod:`~lakeshore.sdk.jobs`
 (submitting and jobs) and :mod:`~lakeshore.sdk.fleet` (workers, daemons, providers, the
 controller), :mod:`~lakeshore.sdk.history` (a queue's history per interval, the Parquet
-export).
+export), :mod:`~lakeshore.sdk.code` (code snapshots).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 from lakeshore.sdk.backup import BackupRoutes
 from lakeshore.sdk.call import Call
+from lakeshore.sdk.code import CodeRoutes
 from lakeshore.sdk.fastpath import FastPath
 from lakeshore.sdk.fleet import FleetRoutes
 from lakeshore.sdk.history import HistoryRoutes
@@ -29,7 +30,9 @@ from lakeshore.sdk.queues import QueueRoutes
 from lakeshore.sdk.transport import api_path
 
 
-class Client(NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes, BackupRoutes):
+class Client(
+    NamespaceRoutes, QueueRoutes, JobRoutes, FleetRoutes, HistoryRoutes, BackupRoutes, CodeRoutes
+):
     """An async client of one Lakeshore API.
 
     Args:

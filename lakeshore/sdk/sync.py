@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
+from lakeshore.code.snapshot import directory_of
 from lakeshore.config import ClientSettings, load_client_settings
 from lakeshore.sdk.client import Client
 
@@ -76,6 +79,8 @@ class _State:
         self.lock = threading.Lock()
         self.settings: ClientSettings | None = None
         self.client: Client | None = None
+        #: the directory shipped with every submit of a ``udf`` without a ``code`` of its own
+        self.code: Path | None = None
         self.runner: LoopThread | None = None
         self.at_exit = False
 
@@ -95,8 +100,14 @@ class _State:
 _STATE = _State()
 
 
-def configure(client: Client | None = None, *, settings: ClientSettings | None = None) -> None:
-    """Choose the API that ``udf`` functions and :class:`Invocation` handles talk to.
+def configure(
+    client: Client | None = None,
+    *,
+    settings: ClientSettings | None = None,
+    code: str | os.PathLike[str] | None = None,
+) -> None:
+    """Choose the API that ``udf`` functions and :class:`Invocation` handles talk to, and
+    the code they run.
 
     Without a call, the first use builds a client from :func:`load_client_settings` with no
     flags: ``LAKESHORE_API`` / ``LAKESHORE_TOKEN`` / ``LAKESHORE_NAMESPACE``, then the
@@ -107,14 +118,27 @@ def configure(client: Client | None = None, *, settings: ClientSettings | None =
             thread and closed by the SDK, so do not also await it on a loop of yours.
         settings: build the client from these settings instead (ignored with ``client``).
             With neither, go back to the default above (read again on the next use).
+        code: ship this directory (resolved now: ``"."`` is the current directory) with
+            every submit of a ``udf`` that names no ``code`` of its own: its daemon runs it
+            with the directory's snapshot first on ``sys.path`` and as its working directory
+            (spec/code.md). ``None``: the daemon imports from its own path.
+
+    Raises:
+        Invalid: ``code`` is not a directory.
 
     The client used until now, if the SDK built or was given one, is closed.
     """
+    shipped = None if code is None else directory_of(code)
     with _STATE.lock:
         old, runner = _STATE.client, _STATE.runner
-        _STATE.client, _STATE.settings = client, settings
+        _STATE.client, _STATE.settings, _STATE.code = client, settings, shipped
     if old is not None and old is not client and runner is not None:
         runner.run(old.close())
+
+
+def shipped_code() -> Path | None:
+    """The directory :func:`configure` named for every submit (``None``: none)."""
+    return _STATE.code
 
 
 def call(make: Callable[[Client], Coroutine[Any, Any, T]]) -> T:

@@ -52,6 +52,8 @@ _ERRORS_BY_STATUS: dict[int, type[LakeshoreError]] = {
 _EXCERPT_CHARS = 200
 #: Request bodies larger than this are streamed (bytes).
 _STREAM_BODY_BYTES = 512 * 1024
+#: The content type of a JSON request body.
+JSON = "application/json"
 #: Longest wait before asking again after ``not_leader``, whatever ``Retry-After`` says (s).
 _MAX_RETRY_AFTER_S = 0.5
 #: Wait after every given URL in turn could not be connected to (seconds).
@@ -216,6 +218,7 @@ class Transport:
         *,
         json: Any = None,
         params: dict[str, str | int] | None = None,
+        content: tuple[bytes, str] | None = None,
     ) -> Any:
         """Send one request and return the decoded JSON answer (``None`` for an empty one).
 
@@ -224,6 +227,8 @@ class Transport:
             path: absolute path under the API, e.g. ``/v1/healthz``.
             json: request body: builtins or a model Struct (``UNSET`` fields are omitted).
             params: query parameters.
+            content: a request body that is not JSON, and its content type (instead of
+                ``json``).
 
         Raises:
             LakeshoreError: the subclass named by the error body's ``code`` (an unknown code:
@@ -235,7 +240,10 @@ class Transport:
             Invalid: ``api`` is not an http(s) URL.
         """
         encoded = None if json is None else msgspec.json.encode(json)
-        async with self._answer(method, path, params=params, body=encoded) as resp:
+        kind = JSON
+        if content is not None:
+            encoded, kind = content
+        async with self._answer(method, path, params=params, body=encoded, kind=kind) as resp:
             raw = await resp.read()
             status = resp.status
         url = self.api + path
@@ -305,13 +313,14 @@ class Transport:
         *,
         params: dict[str, str | int] | None = None,
         body: bytes | None = None,
+        kind: str = JSON,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """The answer of the control plane that took the request (see the module), open
         while the block reads it; failing to get or read it raises as :meth:`request`
         (``timeout``: instead of the session's)."""
         try:
-            resp = await self._follow(method, path, params, body, timeout)
+            resp = await self._follow(method, path, params, body, kind, timeout)
             try:
                 yield resp
             finally:
@@ -329,12 +338,13 @@ class Transport:
         path: str,
         params: dict[str, str | int] | None,
         body: bytes | None,
+        kind: str = JSON,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         """Send the request until a server other than a standby answers, moving
         :attr:`api` to the leader (see the module)."""
         session = self._open()
-        headers = None if body is None else {"Content-Type": "application/json"}
+        headers = None if body is None else {"Content-Type": kind}
         failover = _Failover(self.apis, self.failover_s, time.monotonic)
         while True:
             here = self.api

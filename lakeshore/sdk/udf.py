@@ -16,6 +16,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import msgspec
 
+from lakeshore.code.snapshot import directory_of
 from lakeshore.errors import Invalid
 from lakeshore.model import (
     DEFAULT_MAX_LOST,
@@ -35,6 +37,7 @@ from lakeshore.model import (
 )
 from lakeshore.sdk import sync
 from lakeshore.sdk.client import Client
+from lakeshore.sdk.code import SHIPPER
 from lakeshore.sdk.invocation import Invocation
 
 log = logging.getLogger(__name__)
@@ -134,8 +137,11 @@ class Udf(Generic[P, R]):
         stop_grace_s: float = DEFAULT_STOP_GRACE_S,
         isolation: str = "process",
         max_lost: int = DEFAULT_MAX_LOST,
+        code: str | os.PathLike[str] | None = None,
     ) -> None:
         self.fn = fn
+        #: the directory shipped with each submit (``None``: :func:`configure`'s, if any)
+        self.code = None if code is None else directory_of(code)
         #: ``module:qualname``, what the daemon imports
         self.ref = function_ref(fn)
         self.queue, self.namespace = queue, namespace
@@ -178,6 +184,7 @@ class Udf(Generic[P, R]):
             "stop_grace_s": self._options.stop_grace_s,
             "isolation": self._options.isolation.value,
             "max_lost": self._options.max_lost,
+            "code": self.code,
         }
         unknown = set(changes) - set(current)
         if unknown:
@@ -243,6 +250,10 @@ class Udf(Generic[P, R]):
         return msgspec.structs.replace(self._options, args=args_, kwargs=kwargs_)
 
     async def _send(self, client: Client, specs: list[InvocationSubmit]) -> list[Invocation]:
+        directory = self.code or sync.shipped_code()
+        if directory is not None:
+            digest = await SHIPPER.ship(client, directory, self.namespace)
+            specs = [msgspec.structs.replace(spec, code=digest) for spec in specs]
         out: list[Invocation] = []
         for start in range(0, len(specs), MAX_BATCH):
             chunk = specs[start : start + MAX_BATCH]
@@ -282,6 +293,7 @@ def udf(
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
     isolation: str = "process",
     max_lost: int = DEFAULT_MAX_LOST,
+    code: str | os.PathLike[str] | None = None,
 ) -> Callable[[Callable[P, R]], Udf[P, R]]: ...
 
 
@@ -297,6 +309,7 @@ def udf(
     stop_grace_s: float = DEFAULT_STOP_GRACE_S,
     isolation: str = "process",
     max_lost: int = DEFAULT_MAX_LOST,
+    code: str | os.PathLike[str] | None = None,
 ) -> Any:
     """Make a module-level function submittable: ``@udf(queue="cpu-prep")`` (or ``@udf``).
 
@@ -321,11 +334,16 @@ def udf(
             it cannot be stopped (a stopped run goes on, its result discarded).
         max_lost: after this many lost attempts in a row (the daemon running it died each
             time) the invocation fails as ``lost_too_often`` instead of running again, 1–100.
+        code: ship this directory (resolved now: ``"."`` is the current directory) with
+            each submit; the daemon runs the function with the directory's snapshot first
+            on ``sys.path`` and as its working directory. ``None``: the directory
+            :func:`~lakeshore.sdk.configure` named, else the daemon's own path.
 
     Raises:
         TypeError: the function cannot be imported by name on a daemon (a lambda, a
             nested function, a method).
         ValueError: an option is out of range (the message names it, e.g. ``$.priority``).
+        Invalid: ``code`` is not a directory.
     """
 
     def wrap(f: Callable[P, R]) -> Udf[P, R]:
@@ -339,6 +357,7 @@ def udf(
             stop_grace_s=stop_grace_s,
             isolation=isolation,
             max_lost=max_lost,
+            code=code,
         )
 
     return wrap if fn is None else wrap(fn)

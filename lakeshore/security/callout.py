@@ -108,7 +108,7 @@ class Identities:
             name=connection_name(
                 DAEMON_USER, who.org, who.namespace, who.token_id, who.worker_id, tag
             ),
-            permissions=grants.daemon(who.namespace, who.worker_id, queues),
+            permissions=grants.daemon(who.namespace, who.worker_id, queues, who.org),
         )
 
     async def _producer(self, nonce: str, token: str) -> Grant:

@@ -74,6 +74,15 @@ def verify(issuer: jwt.Issuer, credential: str) -> DaemonIdentity:
         raise Unauthorized(f"malformed daemon credential: no {e}") from None
 
 
+def org_of(credential: str) -> str:
+    """The org a credential was issued in, read without checking it (the holder's own:
+    which org's code bucket it reads; the server's grant is what enforces it)."""
+    try:
+        return str(json.loads(jwt.unb64(credential.split(".")[1]))["ls"]["org"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        return ""
+
+
 def expires_at(credential: str) -> int:
     """When a credential expires, read without checking it (its holder's estimate; the
     control plane checks)."""

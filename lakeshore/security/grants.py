@@ -52,11 +52,13 @@ def inbox_tag(token: str) -> str:
     return hashlib.sha256(b"lakeshore-inbox\0" + token.encode()).hexdigest()[:16]
 
 
-def daemon(namespace: str, worker_id: str, queues: Iterable[str]) -> Permissions:
+def daemon(namespace: str, worker_id: str, queues: Iterable[str], org: str) -> Permissions:
     """A daemon: claim, renew and ack on its namespace's queue streams; events, results,
     register and heartbeat as itself; its namespace's runs' logs (publish only: it reads
-    none); its nudges, its control messages, its inbox."""
+    none); reading its org's code snapshots (a message get: it can neither list nor write
+    them); its nudges, its control messages, its inbox."""
     publish = [
+        subjects.code_read_subject(org),
         subjects.register_subject(namespace, worker_id),
         subjects.heartbeat_subject(namespace, worker_id),
         subjects.held_subject(namespace, worker_id),

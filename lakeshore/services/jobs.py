@@ -50,6 +50,7 @@ from lakeshore.model import (
     now,
 )
 from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
+from lakeshore.services.code import CodeService
 from lakeshore.services.pending import OrgRows, PendingTally
 from lakeshore.services.retries import retried
 from lakeshore.services.waits import ResultWaits
@@ -101,6 +102,7 @@ class JobService:
         ask_timeout_s: the bound of an ask beyond a submit's own wait (seconds).
         quotas: the server's quotas (``pending_per_org`` is checked on submit).
         metrics: counts deduplicated submits (``None``: not counted).
+        code: checks that the snapshots a submit names are stored (``None``: none are).
     """
 
     def __init__(
@@ -117,8 +119,10 @@ class JobService:
         quotas: Quotas = DEFAULT_QUOTAS,
         metrics: InvocationMetrics | None = None,
         lost_after_s: float = 10.0,
+        code: CodeService | None = None,
     ) -> None:
         self._store, self._results, self._bus = store, results, bus
+        self._code = code
         self._metrics = metrics
         self._directory, self._workers = directory, workers
         self._controller, self._recorder = controller, recorder
@@ -163,6 +167,10 @@ class JobService:
         ref = await self._directory.ask(Lookup(namespace, queue))
         org = await self._pending.reserve(namespace, len(invocations))
         try:
+            if digests := {spec.code for spec in invocations if spec.code is not None}:
+                if self._code is None:
+                    raise Unavailable("this control plane stores no code: leave code out")
+                await self._code.require(org, digests)
             admitted: asyncio.Future[SubmitAnswer] = await ref.ask(
                 Submit(invocations, actor, wait_s)
             )

@@ -12,7 +12,14 @@ from typing import Any
 
 from lakeshore.actors.admission import MAX_KEPT_BODY_BYTES
 from lakeshore.errors import Conflict, Invalid
-from lakeshore.model import DEFAULT_STOP_GRACE_S, RETRIED_STATES, InvocationSubmit, Job
+from lakeshore.model import (
+    DEFAULT_MAX_LOST,
+    DEFAULT_STOP_GRACE_S,
+    RETRIED_STATES,
+    InvocationSubmit,
+    Isolation,
+    Job,
+)
 
 
 def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> InvocationSubmit:
@@ -48,6 +55,9 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
         timeout_s=submitted.get("timeout_s"), max_attempts=job.max_attempts, retry_of=job.id,
         # A job submitted before stop_grace_s existed has none kept: it gets the default.
         stop_grace_s=submitted.get("stop_grace_s", DEFAULT_STOP_GRACE_S),
+        isolation=Isolation(submitted.get("isolation") or Isolation.PROCESS),
+        max_lost=submitted.get("max_lost", DEFAULT_MAX_LOST),
+        code=submitted.get("code"),  # the same snapshot: the retry runs what failed
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from lakeshore.access import Access
 from lakeshore.services.backup import BackupService
+from lakeshore.services.code import CodeService
 from lakeshore.services.fleet import FleetService
 from lakeshore.services.history import HistoryService
 from lakeshore.services.jobs import JobService
@@ -35,3 +36,5 @@ class Services:
     replica: Callable[[], tuple[int, int]] = lambda: (0, 0)
     #: jobs' live logs (``None``: not served)
     logs: LogService | None = None
+    #: an org's code snapshots (``None``: not stored)
+    code: CodeService | None = None

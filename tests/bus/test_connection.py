@@ -28,7 +28,8 @@ class _Anyone:
     """Grants every daemon connection the same daemon grant."""
 
     async def grant(self, user: str, password: str) -> Grant:
-        return Grant(name="daemon/o/default/t/w-1", permissions=grants.daemon("default", "w-1", []))
+        permissions = grants.daemon("default", "w-1", [], "o")
+        return Grant(name="daemon/o/default/t/w-1", permissions=permissions)
 
 
 async def test_a_reconnect_the_callout_did_not_answer_is_retried_not_fatal(tmp_path: Path):

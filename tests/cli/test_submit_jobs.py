@@ -537,3 +537,32 @@ async def test_jobs_result_and_show_after_the_run(cli, queue, daemon, control_pl
     assert row.split()[1] == "cli-daemon"  # the daemon's name, as jobs ls shows it
     [line] = [r for r in (await cli("jobs", "ls")).stdout.splitlines() if r.startswith(job_id)]
     assert line.split()[2:4] == ["succeeded", "1/1"]
+
+
+async def test_submit_with_code_ships_the_directory_once_and_names_its_digest(
+    cli, queue, js, tmp_path: Path
+):
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "tasks.py").write_text("def double(x):\n    return 2 * x\n")
+    for _ in range(2):
+        await cli("submit", "-q", queue, "--code", str(project), "--fn", "tasks:double")
+    await cli("submit", "-q", queue, "--code", str(project), "--", "cat", "tasks.py")
+    msgs = await stored(js)
+    digests = {m.code for m in msgs}
+    assert len(digests) == 1 and next(iter(digests)).startswith("sha256:")
+    info = await js.stream_info(subjects.code_stream("default"), subjects_filter="$O.*.M.>")
+    assert len(info.state.subjects or {}) == 1
+
+
+async def test_submit_with_code_that_is_no_directory_is_refused_before_anything_is_sent(
+    cli, queue, js, tmp_path: Path
+):
+    afile = tmp_path / "file.py"
+    afile.write_text("")
+    for given, says in ((tmp_path / "nope", "does not exist"), (afile, "is not a directory")):
+        result = await cli(
+            "submit", "-q", queue, "--code", str(given), "--fn", "tasks:double", expect=API_ERROR
+        )
+        assert says in result.stderr and "give the directory to ship" in result.stderr
+    assert (await js.stream_info(subjects.queue_stream("default", queue))).state.messages == 0

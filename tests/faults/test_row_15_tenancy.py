@@ -8,12 +8,14 @@ the submit subject."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import msgspec
 from natsauth import ask, asker_inbox, plane_nats
 from report import record
 from rowcount import row_counts
 
+from lakeshore.code import pack
 from lakeshore.model import FastSubmit
 
 #: A valid body for every route that takes one (the test fails on a route missing here).
@@ -32,6 +34,12 @@ BODIES = {
 }
 
 
+#: A code snapshot each org stores (the same files: the same digest in both buckets).
+SNAPSHOT = pack(Path(__file__).parent / "tenancy_code")
+#: Routes whose body is not JSON: a code snapshot's tar.
+RAW_BODIES = {("put", "/v1/namespaces/{ns}/code/{digest}"): SNAPSHOT.data}
+
+
 #: Sibling requests whose route answers for its own reasons (not tenancy).
 OWN_ANSWERS = {
     ("post", "/v1/namespaces/{ns}/daemons", "conflict"),  # external: started by hand
@@ -46,9 +54,9 @@ def _routes(doc: dict) -> list[tuple[str, str]]:
 
 
 def _fill(path: str, ns: str, ids: dict[str, str]) -> str:
-    """The path's parameters: the queue ``q``, provider ``p``, and per resource the id of
-    the namespace's job, worker or token."""
-    url = path.replace("{ns}", ns)
+    """The path's parameters: the queue ``q``, provider ``p``, per resource the id of
+    the namespace's job, worker or token, and the digest of its org's code snapshot."""
+    url = path.replace("{ns}", ns).replace("{digest}", SNAPSHOT.digest)
     if "/providers/" in path:
         url = url.replace("{name}", "p")
     url = url.replace("{name}", "q")
@@ -72,6 +80,8 @@ async def test_the_tenancy_matrix_of_every_route(control_plane, api, register, n
             token = (await api.post(base + "/tokens", {"description": "t"}))[1]
             ids[ns] = {"jobs": job, "workers": worker.id, "tokens": token["id"]}
             ids[ns]["secret"] = token["token"]
+            code = await api.request("PUT", f"{base}/code/{SNAPSHOT.digest}", data=SNAPSHOT.data)
+            assert code[0] in (200, 201), code
         for ns, of in ids.items():  # reading a job waits until its history is appended
             assert (await api.get(f"/v1/namespaces/{ns}/jobs/{of['jobs']}"))[0] == 200
         ta, tb = ids["alpha"]["secret"], ids["beta"]["secret"]
@@ -85,6 +95,9 @@ async def test_the_tenancy_matrix_of_every_route(control_plane, api, register, n
 
         async def call(method: str, path: str, ns: str, token: str | None):
             url = _fill(path, ns, ids.get(ns, {}))
+            if (method, path) in RAW_BODIES:
+                data = RAW_BODIES[(method, path)]
+                return await api.request(method.upper(), url, data=data, token=token)
             body = BODIES.get((method, path))
             return await api.request(method.upper(), url, json=body, token=token)
 

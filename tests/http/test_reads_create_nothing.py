@@ -19,7 +19,7 @@ from lakeshore.quotas import Quotas
 
 NOWHERE = "nowhere"
 #: A value for each path parameter of the API but ``ns``.
-PARAMS = {"name": "default", "id": "x"}
+PARAMS = {"name": "default", "id": "x", "digest": "sha256:" + "0" * 64}
 ORG_LIMIT = 2
 
 

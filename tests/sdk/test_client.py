@@ -204,6 +204,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.job_retry("x"),
         c.controller_status(),
         c.queue_history("x"),
+        c.code_info("x"),
     ]
     # Routes whose answer is not JSON: a file the SDK saves (``history_export``, no Call),
     # and the Prometheus text a scraper reads.
@@ -211,6 +212,8 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
     files.add(("POST", "/v1/backup"))
     # A streamed NDJSON answer, read line by line (``stream_logs``, ``Invocation.logs``).
     files.add(("GET", "/v1/namespaces/x/jobs/x/logs"))
+    # A body that is not JSON: a code snapshot's tar (``upload_code``).
+    files.add(("PUT", "/v1/namespaces/x/code/x"))
     paths = (await client.openapi())["paths"]
     served = {
         (verb.upper(), re.sub(r"\{[^}/]+\}", "x", path))

@@ -19,6 +19,7 @@ from nats.aio.client import Client as NatsClient
 from polling import eventually
 
 from lakeshore.bus import codec, subjects
+from lakeshore.code import bucket, snapshot
 from lakeshore.model import (
     DaemonControl,
     EventBatch,
@@ -166,6 +167,16 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         forged = _event(world, EventType.FAILED, who, world.busy_job, 2)
         await _refused(client, subjects.event_subject(NS, "busy", "rival"), forged)
         client.errors.clear()
+        # read another org's code (its meta, a chunk), write into or purge its bucket
+        code, bucket = subjects.code_stream(NS), subjects.code_bucket(NS)
+        await _refused(client, subjects.code_read_subject(NS), b'{"seq":1}')
+        client.errors.clear()
+        await _refused(client, f"$JS.API.DIRECT.GET.{code}", b'{"seq":1}')
+        client.errors.clear()
+        await _refused(client, f"$O.{bucket}.C.forged", b"forged code")
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.PURGE.{code}")
+        client.errors.clear()
 
     after = await world.snapshot()
     assert after == before
@@ -194,3 +205,18 @@ async def test_a_peer_daemon_cannot_complete_a_job_another_daemon_claimed(world:
     )
     assert shown["stale"] == 1  # the second forgery never reached the Recorder
     assert (shown["state"], shown["worker"]) == ("running", a_id)
+
+
+async def test_a_daemon_reads_its_own_orgs_code_and_only_by_message_gets(world: World) -> None:
+    """The grant that refuses another org's daemons lets the org's own read its snapshots
+    (a daemon fetching its run's code), and nothing more of the bucket."""
+    peer_access = await world.join(world.peer_token, NS)
+    peer = await world.as_daemon(peer_access, "peer daemon")
+    data = await bucket.read(peer.nc.jetstream(), NS, world.code_digest)
+    assert snapshot.digest_of(data) == world.code_digest
+    # It can neither list nor write the bucket, nor delete from it.
+    await _refused(peer, f"$JS.API.STREAM.INFO.{subjects.code_stream(NS)}")
+    peer.errors.clear()
+    await _refused(peer, f"$O.{subjects.code_bucket(NS)}.C.forged", b"forged code")
+    peer.errors.clear()
+    await _refused(peer, f"$JS.API.STREAM.MSG.DELETE.{subjects.code_stream(NS)}", b'{"seq":1}')

@@ -41,7 +41,7 @@ from lakeshore.model import (
 from lakeshore.security import grants
 
 from . import running
-from .world import NS, RIVAL_NS, WAIT_S, Client, World
+from .world import NS, RIVAL_NS, RIVAL_ORG, WAIT_S, Client, World
 
 OWN_QUEUE = "own"
 
@@ -57,6 +57,7 @@ def _victim_values(world: World) -> dict[str, Any]:
         "epoch": 1,
         "attempt": 1,
         "level": 0,
+        "org": NS,  # the victim's org is named as its namespace: default
     }
 
 
@@ -86,6 +87,9 @@ def victim_subjects(world: World) -> dict[str, str]:
         "results purge": f"$JS.API.STREAM.PURGE.{subjects.RESULTS_STREAM}",
         "logs purge": f"$JS.API.STREAM.PURGE.{subjects.LOGS_STREAM}",
         "logs message delete": f"$JS.API.STREAM.MSG.DELETE.{subjects.LOGS_STREAM}",
+        "code purge": f"$JS.API.STREAM.PURGE.{subjects.code_stream(NS)}",
+        "code delete": f"$JS.API.STREAM.DELETE.{subjects.code_stream(NS)}",
+        "code chunk": f"$O.{subjects.code_bucket(NS)}.C.forged",
         # The rows' log.
         "state epoch": subjects.STATE_EPOCH_SUBJECT,
         "state row": f"{subjects.STATE_PREFIX}.token.forged",
@@ -205,7 +209,7 @@ def _instances(pattern: str) -> list[str]:
 def _publishable(world: World, access_ns: str, worker: str) -> list[str]:
     """Every subject a tenant's daemon and producer may publish to, outside the JetStream
     API (whose requests carry no stream's headers)."""
-    daemon = grants.daemon(access_ns, worker, [OWN_QUEUE])
+    daemon = grants.daemon(access_ns, worker, [OWN_QUEUE], RIVAL_ORG)
     producer = grants.producer([access_ns], "unused")
     return [
         subject

@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,6 +20,7 @@ from natsauth import plane_nats
 
 from lakeshore.bus import subjects
 from lakeshore.bus.subjects import daemon_inbox, producer_inbox
+from lakeshore.code import pack
 from lakeshore.daemon import DaemonSettings, Running
 from lakeshore.model import DaemonAccess
 from lakeshore.security.grants import DAEMON_USER, PRODUCER_USER, inbox_tag
@@ -55,6 +58,8 @@ class World:
     pending_job: str  # in queue "secret", with SECRET in its env
     rival_token: str
     peer_token: str
+    #: a code snapshot of the victim's org, stored in its bucket
+    code_digest: str = ""
     clients: list[Client] = field(default_factory=list)
 
     async def join(self, token: str, namespace: str) -> DaemonAccess:
@@ -107,6 +112,7 @@ class World:
             victim_results = await _messages(js, subjects.RESULTS_STREAM, f"$KV.*.{NS}.>")
             victim_events = await _messages(js, subjects.EVENTS_STREAM, f"ls.{NS}.evt.>")
             victim_logs = await _messages(js, subjects.LOGS_STREAM, subjects.log_put_subject(NS))
+            victim_code = await _messages(js, subjects.code_stream(NS), "$O.>")
         finally:
             await nc.close()
         workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
@@ -117,6 +123,7 @@ class World:
             "victim results": victim_results,
             "victim events": victim_events,
             "victim logs": victim_logs,
+            "victim code": victim_code,
             # a live daemon moves between idle and busy by itself; retired, stopped or lost
             # is what a probe could have caused
             "workers": sorted(
@@ -161,14 +168,26 @@ async def make_world(control_plane, api) -> AsyncIterator[World]:
             api, "secret", {"command": ["true"], "env": {"AWS_SECRET_ACCESS_KEY": SECRET}}
         )
         w = World(
-            plane, api, plane.nats_url, a, busy_job, done_job, pending_job, rival_token, peer_token
-        )
+            plane, api, plane.nats_url, a, busy_job, done_job, pending_job, rival_token,
+            peer_token, code_digest=await _victim_code(api),
+        )  # fmt: skip
         try:
             yield w
         finally:
             for client in w.clients:
                 with contextlib.suppress(Exception):
                     await client.nc.close()
+
+
+async def _victim_code(api: Any) -> str:
+    """Store a code snapshot in the victim's org (with a secret in a file); its digest."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "tasks.py").write_text(f"KEY = {SECRET!r}\n")
+        snap = pack(tmp)
+    path = f"/v1/namespaces/{NS}/code/{snap.digest}"
+    status, body = await api.request("PUT", path, data=snap.data)
+    assert status == 201, body
+    return snap.digest
 
 
 async def _messages(js: Any, stream: str, subject: str) -> int:

@@ -1,0 +1,92 @@
+"""Shipping code with invocations (spec/code.md): a directory packed into a snapshot, uploaded
+once per digest, and named by the invocations that run in it.
+
+``code="."`` means the directory given, resolved when it is given (``configure``, ``@udf``,
+``--code``): the snapshot is that directory's files, and a function ``tasks:double`` is
+``tasks.py`` at its top. The :class:`Shipper` packs a directory again only when its files
+changed (a walk of their sizes and times, no read), and uploads a digest once per API and
+org: a submit after the first costs the walk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+from lakeshore.code import snapshot
+from lakeshore.code.snapshot import Snapshot
+from lakeshore.errors import SnapshotNotFound
+from lakeshore.model import CodeInfo
+from lakeshore.sdk.call import Call
+from lakeshore.sdk.transport import Transport
+
+#: The content type of an uploaded snapshot.
+TAR = "application/x-tar"
+
+
+class CodeRoutes(Transport):
+    """An org's code snapshots."""
+
+    def code_info(self, digest: str, *, namespace: str | None = None) -> Call[CodeInfo]:
+        """One stored snapshot. Raises ``SnapshotNotFound`` when it is not stored."""
+        return Call(self, CodeInfo, "GET", self._ns(namespace, "code", digest))
+
+    async def upload_code(self, snap: Snapshot, *, namespace: str | None = None) -> CodeInfo:
+        """Store a snapshot (a no-op when its digest is stored).
+
+        Raises:
+            SnapshotTooLarge: over the server's bounds; nothing stored.
+        """
+        path = self._ns(namespace, "code", snap.digest)
+        body = await self.request("PUT", path, content=(snap.data, TAR))
+        return Call(self, CodeInfo, "PUT", path).decode(body)
+
+
+class Shipper:
+    """The snapshots this process made, by directory, and the digests it uploaded."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._packed: dict[Path, tuple[tuple[object, ...], Snapshot]] = {}
+        self._shipped: set[tuple[str, str, str]] = set()
+
+    def snapshot(self, directory: str | os.PathLike[str]) -> Snapshot:
+        """``directory``'s snapshot, packed again only if its files changed.
+
+        Raises:
+            Invalid: not a directory, or a file cannot be read (named).
+            SnapshotTooLarge: over the default bounds (the server may have others).
+        """
+        root = Path(directory).resolve()
+        seen = snapshot.fingerprint(root)
+        with self._lock:
+            known = self._packed.get(root)
+        if known is not None and known[0] == seen:
+            return known[1]
+        snap = snapshot.pack(root)
+        with self._lock:
+            self._packed[root] = (seen, snap)
+        return snap
+
+    async def ship(
+        self, client: CodeRoutes, directory: str | os.PathLike[str], namespace: str | None
+    ) -> str:
+        """Make sure ``directory``'s snapshot is stored where ``client`` submits; its digest."""
+        snap = await asyncio.to_thread(self.snapshot, directory)
+        key = (client.api, namespace or client.namespace, snap.digest)
+        if key in self._shipped:
+            return snap.digest
+        try:
+            await client.code_info(snap.digest, namespace=namespace)
+        except SnapshotNotFound:
+            await client.upload_code(snap, namespace=namespace)
+        self._shipped.add(key)
+        return snap.digest
+
+
+#: The process's shipper (the SDK's and the CLI's).
+SHIPPER = Shipper()
+
+__all__ = ["SHIPPER", "TAR", "CodeRoutes", "Shipper"]

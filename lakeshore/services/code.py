@@ -1,0 +1,138 @@
+"""Code snapshots of an org (spec/code.md): uploads checked and stored once per digest, and
+the submit's check that every digest it names is stored.
+
+A snapshot is uploaded before the invocations that name it are submitted (the SDK and the
+CLI do both); an upload is checked whole before anything is stored — its digest, that it
+is a tar of plain files, and the server's bounds (``code_max_bytes``, ``code_max_files``)
+— and a digest already stored is not stored again. Snapshots belong to the org: every
+namespace of the org reaches them, no other org does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from nats.js import JetStreamContext
+from nats.js.object_store import ObjectStore
+
+from lakeshore.code import bucket, snapshot
+from lakeshore.errors import Invalid, SnapshotNotFound, SnapshotTooLarge
+from lakeshore.model import CodeInfo
+
+#: What a tar adds to its files' bytes, at most, per file (a header, a PAX header for long
+#: names, padding) and in all (the end blocks): an upload longer than the bound plus this
+#: is refused before it is read whole.
+TAR_OVERHEAD_PER_FILE = 3 * 512
+TAR_OVERHEAD = 20 * 512
+
+
+class CodeService:
+    """Args:
+    js: the control plane's JetStream context (it alone writes the buckets).
+    max_bytes, max_files: the server's ``code_max_bytes`` and ``code_max_files``.
+    replicas: JetStream replicas of each org's bucket.
+    """
+
+    def __init__(
+        self, js: JetStreamContext, *, max_bytes: int, max_files: int, replicas: int = 1
+    ) -> None:
+        self._js, self._replicas = js, replicas
+        self.max_bytes, self.max_files = max_bytes, max_files
+        #: digests known stored, per org: a submit naming one asks NATS nothing
+        self._known: dict[str, set[str]] = {}
+        self._writes: dict[tuple[str, str], asyncio.Lock] = {}
+        self._buckets: dict[str, ObjectStore] = {}
+
+    @property
+    def max_upload(self) -> int:
+        """The longest upload body read: twice the bounds plus a tar's own bytes. One a
+        little over the bounds is read whole, so that its refusal names its largest files;
+        one far over them is refused by its length alone."""
+        return 2 * (self.max_bytes + self.max_files * TAR_OVERHEAD_PER_FILE) + TAR_OVERHEAD
+
+    async def show(self, org: str, digest: str) -> CodeInfo:
+        """One stored snapshot.
+
+        Raises:
+            SnapshotNotFound: nothing is stored under ``digest`` in the org.
+        """
+        info = await bucket.stored(await self._bucket(org), digest)
+        if info is None:
+            raise SnapshotNotFound(
+                f"code snapshot {digest} is not stored in this org: upload it with "
+                f"`PUT …/code/{digest}` (the SDK and `lakeshore submit --code` do)"
+            )
+        self._known.setdefault(org, set()).add(digest)
+        return info
+
+    async def put(
+        self, org: str, digest: str, body: AsyncIterator[bytes], length: int | None
+    ) -> tuple[CodeInfo, bool]:
+        """Store an uploaded snapshot unless its digest is stored; ``(info, created)``.
+
+        Raises:
+            SnapshotTooLarge: over the bounds (before it is read whole when its length says
+                so); nothing stored.
+            Invalid: its bytes do not match ``digest``, or are not a snapshot; nothing stored.
+        """
+        if length is not None and length > self.max_upload:
+            raise self._far_over(digest, f"a {length:,}-byte upload")
+        data = await self._read(digest, body)
+        size, files = snapshot.check(
+            data, digest, max_bytes=self.max_bytes, max_files=self.max_files
+        )
+        # One write per digest at a time: two uploads of one snapshot store it once.
+        async with self._writes.setdefault((org, digest), asyncio.Lock()):
+            store = await self._bucket(org)
+            info = await bucket.stored(store, digest)
+            created = info is None
+            if info is None:
+                info = await bucket.put(store, digest, data, size=size, files=files)
+        self._writes.pop((org, digest), None)
+        self._known.setdefault(org, set()).add(digest)
+        return info, created
+
+    async def require(self, org: str, digests: set[str]) -> None:
+        """Check that every digest a submit names is stored in the org.
+
+        Raises:
+            Invalid: one is not (named), so nothing is submitted.
+        """
+        known = self._known.get(org, set())
+        for digest in sorted(digests - known):
+            try:
+                await self.show(org, digest)
+            except SnapshotNotFound:
+                raise Invalid(
+                    f"code snapshot {digest} is not uploaded to this org: upload it first "
+                    f"(`PUT /v1/namespaces/NS/code/{digest}`; the SDK's code= and "
+                    "`lakeshore submit --code DIR` do it for you)"
+                ) from None
+
+    async def _read(self, digest: str, body: AsyncIterator[bytes]) -> bytes:
+        parts: list[bytes] = []
+        got = 0
+        async for part in body:
+            got += len(part)
+            if got > self.max_upload:
+                raise self._far_over(digest, f"an upload of more than {self.max_upload:,} bytes")
+            parts.append(part)
+        if not got:
+            raise Invalid(f"code snapshot {digest}: the upload is empty; send the snapshot's tar")
+        return b"".join(parts)
+
+    def _far_over(self, digest: str, what: str) -> SnapshotTooLarge:
+        return SnapshotTooLarge(
+            f"code snapshot {digest} is {what}, far over code_max_bytes {self.max_bytes:,}; "
+            f"list what need not ship in {snapshot.IGNORE_FILE} (gitignore syntax)"
+        )
+
+    async def _bucket(self, org: str) -> ObjectStore:
+        store = self._buckets.get(org)
+        if store is None:
+            store = self._buckets[org] = await bucket.bucket(self._js, org, replicas=self._replicas)
+        return store
+
+
+__all__ = ["CodeService"]
