@@ -153,9 +153,10 @@ async def _drain(proc: asyncio.subprocess.Process) -> None:
 
 @contextlib.asynccontextmanager
 async def daemons(
-    srv: Server, queue: str, count: int, concurrency: int
+    srv: Server, queue: str, count: int, concurrency: int, extra: tuple[str, ...] = ()
 ) -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    """``count`` daemons on ``queue``, importable functions from ``bench/``."""
+    """``count`` daemons on ``queue``, importable functions from ``bench/`` (``extra``: more
+    flags of ``lakeshore daemon run``)."""
     env = {**os.environ, "PYTHONPATH": str(BENCH_DIR)}
     procs = [
         await asyncio.create_subprocess_exec(
@@ -174,6 +175,7 @@ async def daemons(
             str(concurrency),
             "--log-level",
             "WARNING",
+            *extra,
             env=env,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,

@@ -114,6 +114,11 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     it, a submit with ``code`` is refused naming its size and largest files."""
     code_max_files: Annotated[int, Meta(ge=1)] = 10_000
     """Most files a code snapshot may hold."""
+    code_retention_days: Annotated[float, Meta(gt=0)] = 7.0
+    """A code snapshot no pending or running job names is deleted this long after its last
+    use (its jobs' last event, else its upload), in days."""
+    code_prune_every_s: Seconds = 3600.0
+    """How often unused code snapshots are looked for, in seconds."""
     metrics_port: Port | None = None
     """A listener of its own serving ``GET /metrics`` without a token (for scrapers);
     ``None``: only the API's token-guarded ``/metrics``; 0 picks a free port."""

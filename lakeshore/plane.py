@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 from aiohttp import web
 
 from lakeshore import __version__, access
@@ -49,7 +50,7 @@ from lakeshore.http.doors import Doors
 from lakeshore.http.metrics import scrape_app
 from lakeshore.http.standby import leading_middleware, standby_app
 from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
-from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
+from lakeshore.model import DEFAULT_QUEUE, CodeUse, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.providers.local import daemon_flags
 from lakeshore.providers.slurm import SlurmProvider
@@ -69,7 +70,7 @@ from lakeshore.security.replies import SteeredReplies
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
-from lakeshore.services.code import CodeService
+from lakeshore.services.code import CodeService, Retention
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 from lakeshore.services.lost_runs import LostRuns
@@ -301,7 +302,12 @@ class ControlPlane:
         lease = self.replica.lease
         async with asyncio.timeout(SETTLE_TIMEOUT_S):
             while self._parts is None:
-                holder = await lease.leader()
+                try:
+                    holder = await lease.leader()
+                except nats.errors.TimeoutError:  # a loaded NATS: ask again, within the bound
+                    log.info("the leader lease did not answer within %.1f s; asking again",
+                             LEASE_API_TIMEOUT_S)  # fmt: skip
+                    continue
                 if holder is not None and holder.holder_id != lease.holder_id:
                     who = holder.url or f"control plane {holder.holder_id}"
                     log.info("standing by: %s leads (epoch %d)", who, holder.epoch)
@@ -487,12 +493,19 @@ class ControlPlane:
                 quotas=settings.quotas,
             )
         )
+
+        async def code_use(org: str) -> dict[str, CodeUse]:
+            return await store.code_use([n.name for n in await gate.list_namespaces(org)])
+
         code = CodeService(
             bus.nc.jetstream(timeout=CODE_API_TIMEOUT_S),
             max_bytes=settings.code_max_bytes,
             max_files=settings.code_max_files,
             replicas=settings.replicas,
+            usage=code_use,
+            retention_s=settings.code_retention_days * 86400.0,
         )
+        stack.push_async_callback(Retention(code, settings.code_prune_every_s).close)
         services = Services(
             access=gate,
             code=code,

@@ -129,6 +129,11 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
             f"{where}: isolation 'inline' is for functions (fn); a command always runs in "
             "a process of its own: leave isolation out"
         )
+    if spec.code is not None and spec.fn is not None and spec.isolation is Isolation.INLINE:
+        raise Invalid(
+            f"{where}: isolation 'inline' runs on the daemon's own thread, which cannot take "
+            "a code snapshot: leave isolation out (a worker process runs the snapshot)"
+        )
     if spec.priority and row.kind is QueueKind.FIFO:
         raise Invalid(
             f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "

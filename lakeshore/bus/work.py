@@ -30,6 +30,7 @@ from nats.js import errors as jse
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import NatsLogin, connect_nats
 from lakeshore.bus.denials import Denials, Denied
+from lakeshore.code import bucket
 from lakeshore.errors import (
     ERRORS_BY_CODE,
     LakeshoreError,
@@ -60,6 +61,8 @@ __all__ = ["Msg", "QueueLayout", "Refusals", "Subscriptions", "WorkBus"]
 
 _T = TypeVar("_T")
 _NATS_ERRORS = (nats.errors.Error, jse.Error, TimeoutError, OSError)
+#: Bound of each request that reads a code snapshot (its meta, one chunk), in seconds.
+CODE_READ_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,6 +378,18 @@ class WorkBus:
             await self._js.publish(subject, data, timeout=self._timeout_s, headers=headers)
         except _NATS_ERRORS as e:
             raise Unavailable(f"cannot publish the log {subject}: {e!r}") from e
+
+    async def read_code(self, org: str, digest: str) -> bytes:
+        """A code snapshot of the daemon's org (:func:`lakeshore.code.bucket.read`).
+
+        Raises:
+            SnapshotNotFound: it is not stored.
+            Unavailable: it could not be read (disconnected, no answer, refused).
+        """
+        try:
+            return await bucket.read(self._nc.jetstream(timeout=CODE_READ_S), org, digest)
+        except _NATS_ERRORS as e:
+            raise Unavailable(f"cannot read code snapshot {digest}: {e!r}") from e
 
     # ---- the worker registry -------------------------------------------------------------
 

@@ -20,6 +20,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import click
 import msgspec
@@ -133,6 +134,20 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     help="Most bytes of one run's output kept in its live log; past it one line says how "
     "much was dropped (a daemon the control plane starts is given the server's setting).",
 )
+@click.option(
+    "--code-cache",
+    metavar="DIR",
+    default=None,
+    help="Where this host keeps the code snapshots its runs ship with (daemons naming the "
+    "same DIR fetch each once) [default: ~/.cache/lakeshore/code].",
+)
+@click.option(
+    "--code-cache-max-bytes",
+    type=click.IntRange(0),
+    default=10 * 1024**3,
+    show_default=True,
+    help="Bound of the code cache; the least recently used snapshots go first.",
+)
 @click.option("--managed", is_flag=True, help="Launched and retired by the controller.")
 @click.option(
     "--log-level",
@@ -160,6 +175,8 @@ def run(
     metrics_host: str = "127.0.0.1",
     orphan_after_s: float | None = None,
     log_max_bytes: int = 16 * 1024 * 1024,
+    code_cache: str | None = None,
+    code_cache_max_bytes: int = 10 * 1024**3,
 ) -> None:
     """Run a worker daemon: register, pull from its queues, run invocations.
 
@@ -187,6 +204,8 @@ def run(
             metrics_host=metrics_host,
             orphan_after_s=orphan_after_s,
             log_max_bytes=log_max_bytes,
+            code_cache=Path(code_cache).expanduser().resolve() if code_cache else None,
+            code_cache_max_bytes=code_cache_max_bytes,
         )
         stop = asyncio.Event()
         # Neither the runs (commands: their environment; functions: this process's) nor

@@ -113,7 +113,7 @@ def job_block(job: Job) -> str:
         del pairs["retried_by"]
     if pairs.get("stopping", "") is None:
         del pairs["stopping"]  # only while a stop runs
-    for key in ("isolation", "cancelled_by"):  # a function's; a cancelled job's
+    for key in ("isolation", "cancelled_by", "code"):  # a function's; a cancelled job's; …
         if pairs.get(key, "") is None:
             del pairs[key]
     text = output.block(pairs.items())
@@ -124,8 +124,9 @@ def job_block(job: Job) -> str:
         lines.append(f"counted toward max_attempts: {counted} of {job.max_attempts}")
     if not attempts:
         return "\n".join([*lines, "attempts: (none)"])
+    shipped = any(a.code for a in attempts)  # the CODE column: when a snapshot ran
     table = output.table(
-        ATTEMPT_COLUMNS,
+        (*ATTEMPT_COLUMNS[:-1], *(["CODE"] if shipped else []), ATTEMPT_COLUMNS[-1]),
         (
             (
                 a.attempt,
@@ -135,12 +136,18 @@ def job_block(job: Job) -> str:
                 a.started_at,
                 a.ended_at,
                 _outcome(a),
+                *([short_digest(a.code)] if shipped else []),
                 a.error and _error(a.error),
             )
             for a in attempts
         ),
     )
     return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
+
+
+def short_digest(digest: str | None) -> str | None:
+    """``sha256:0123456789ab`` — a snapshot's digest cut to 12 hex digits, as tables show it."""
+    return digest[: len("sha256:") + 12] if digest else None
 
 
 def _outcome(a: Attempt) -> str:

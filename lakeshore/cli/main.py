@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from lakeshore.cli.backup import backup, restore
+from lakeshore.cli.code import code
 from lakeshore.cli.completion import completion
 from lakeshore.cli.compose import compose
 from lakeshore.cli.context import LakeshoreGroup
@@ -65,6 +66,7 @@ lakeshore.add_command(stats)
 lakeshore.add_command(history)
 lakeshore.add_command(completion)
 lakeshore.add_command(backup)
+lakeshore.add_command(code)
 lakeshore.add_command(restore)
 
 

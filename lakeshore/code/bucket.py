@@ -15,10 +15,12 @@ digest, JSON); the bytes are the snapshot's tar, checked against the digest by t
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from datetime import datetime
 
 import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 from nats.js.object_store import ObjectStore
@@ -27,6 +29,8 @@ from lakeshore.bus import subjects
 from lakeshore.errors import Invalid, SnapshotNotFound
 from lakeshore.model import CodeInfo
 
+#: What a call of this module may raise from NATS.
+NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, TimeoutError, OSError)
 #: Bytes per chunk message: a message get answers it base64-encoded in JSON, well under
 #: NATS's default 1 MiB payload.
 CHUNK_BYTES = 256 * 1024
@@ -59,6 +63,31 @@ async def stored(store: ObjectStore, digest: str) -> CodeInfo | None:
     except nats.js.errors.ObjectNotFoundError:
         return None
     return _info(digest, info.description, info.mtime)
+
+
+async def listed(store: ObjectStore) -> list[CodeInfo]:
+    """Every snapshot stored (deleted ones left out)."""
+    try:
+        infos = await store.list(ignore_deletes=True)
+    except nats.js.errors.NotFoundError:
+        return []
+    return [_info(i.name, i.description, i.mtime) for i in infos if not i.deleted]
+
+
+async def delete(store: ObjectStore, digest: str) -> None:
+    """Delete a snapshot (its chunks purged, a delete mark left)."""
+    with contextlib.suppress(nats.js.errors.ObjectNotFoundError):
+        await store.delete(digest)
+
+
+async def orgs(js: JetStreamContext) -> list[str]:
+    """The orgs that have a code bucket."""
+    prefix = subjects.code_stream("")
+    return [
+        info.config.name[len(prefix) :]
+        for info in await js.streams_info()
+        if info.config.name and info.config.name.startswith(prefix)
+    ]
 
 
 async def put(store: ObjectStore, digest: str, data: bytes, *, size: int, files: int) -> CodeInfo:

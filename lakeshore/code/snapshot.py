@@ -2,7 +2,8 @@
 (spec/code.md). Pure: it reads the directory and returns bytes, nothing is sent.
 
 What goes in: every regular file under the directory, minus ``.git``, virtualenvs (a
-directory holding ``pyvenv.cfg``), ``__pycache__`` and ``*.pyc``, and what the directory's
+directory holding ``pyvenv.cfg``), ``__pycache__``, ``*.pyc`` and ``.lakeshore`` (a server's
+data and a client's token), and what the directory's
 ``.lakeshoreignore`` lists (gitignore syntax, :mod:`pathspec`'s matcher — ``!`` re-includes,
 a trailing ``/`` means a directory, a leading ``/`` anchors at the top). A symbolic link is
 followed when it points inside the directory (the file it names is packed under the link's
@@ -35,8 +36,9 @@ from lakeshore.errors import Invalid, SnapshotTooLarge
 
 #: The file at a snapshot's top whose lines (gitignore syntax) leave files out.
 IGNORE_FILE = ".lakeshoreignore"
-#: Left out of every snapshot, before the ignore file is read.
-ALWAYS_IGNORED = (".git/", "__pycache__/", "*.pyc")
+#: Left out of every snapshot, before the ignore file is read (``.lakeshore/``: a server's
+#: data dir and a client's config, with its token).
+ALWAYS_IGNORED = (".git/", "__pycache__/", "*.pyc", ".lakeshore/")
 #: A directory holding this file is a virtualenv: left out.
 VENV_MARK = "pyvenv.cfg"
 #: Default bounds (the server's ``code_max_bytes`` and ``code_max_files``).
@@ -79,6 +81,37 @@ def pack(directory: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
     root = directory_of(directory)
     entries = _walk(root, _ignored(root))
     _check_bounds(f"code {root}", [(e.path, e.size) for e in entries], max_bytes, max_files)
+    data = _tar(root, entries)
+    size = sum(e.size for e in entries)
+    return Snapshot(digest=digest_of(data), data=data, files=len(entries), size=size)
+
+
+def tree_digest(directory: str | os.PathLike[str], paths: list[str]) -> str:
+    """The digest of the snapshot ``paths`` under ``directory`` make, packed again: an
+    unpacked snapshot checked against its digest (files added beside them do not count).
+
+    Raises:
+        Invalid: a file is missing or cannot be read.
+    """
+    root = directory_of(directory)
+    entries = [_entry(root, root / path, path) for path in sorted(paths)]
+    return digest_of(_tar(root, entries))
+
+
+def fingerprint(directory: str | os.PathLike[str]) -> tuple[tuple[str, int, int, bool], ...]:
+    """What :func:`pack` would pack, by each file's path, size, mtime and mode, without
+    reading a file: packing again is needed only when it changed (a producer packs once per
+    change, not per submit).
+
+    Raises:
+        Invalid: as :func:`pack`.
+    """
+    root = directory_of(directory)
+    return tuple((e.path, e.size, e.mtime_ns, e.executable) for e in _walk(root, _ignored(root)))
+
+
+def _tar(root: Path, entries: list[_Entry]) -> bytes:
+    """The reproducible tar of ``entries`` (see the module)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for e in entries:
@@ -95,21 +128,7 @@ def pack(directory: str | os.PathLike[str], *, max_bytes: int = MAX_BYTES,
             if len(data) != e.size:  # it changed while packing: a snapshot is one moment
                 raise Invalid(f"code {root}: {e.path} changed while it was packed; try again")
             tar.addfile(info, io.BytesIO(data))
-    data = buf.getvalue()
-    size = sum(e.size for e in entries)
-    return Snapshot(digest=digest_of(data), data=data, files=len(entries), size=size)
-
-
-def fingerprint(directory: str | os.PathLike[str]) -> tuple[tuple[str, int, int, bool], ...]:
-    """What :func:`pack` would pack, by each file's path, size, mtime and mode, without
-    reading a file: packing again is needed only when it changed (a producer packs once per
-    change, not per submit).
-
-    Raises:
-        Invalid: as :func:`pack`.
-    """
-    root = directory_of(directory)
-    return tuple((e.path, e.size, e.mtime_ns, e.executable) for e in _walk(root, _ignored(root)))
+    return buf.getvalue()
 
 
 def digest_of(data: bytes) -> str:
@@ -186,6 +205,12 @@ def directory_of(directory: str | os.PathLike[str]) -> Path:
         what = "does not exist" if not root.exists() else "is not a directory"
         raise Invalid(f"code {str(directory)!r} {what}: give the directory to ship")
     return root.resolve()
+
+
+def names(data: bytes) -> list[str]:
+    """The paths of a snapshot's files, in its order."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        return tar.getnames()
 
 
 def _inside(name: str) -> bool:
@@ -265,19 +290,19 @@ def _check_bounds(what: str, files: list[tuple[str, int]], max_bytes: int, max_f
     if size <= max_bytes and len(files) <= max_files:
         return
     largest = sorted(files, key=lambda f: (-f[1], f[0]))[:LARGEST_SHOWN]
-    shown = ", ".join(f"{path} ({_human(n)})" for path, n in largest)
+    shown = ", ".join(f"{path} ({human_size(n)})" for path, n in largest)
     over = (
-        f"over code_max_bytes {_human(max_bytes)}"
+        f"over code_max_bytes {human_size(max_bytes)}"
         if size > max_bytes
         else f"over code_max_files {max_files:,}"
     )
     raise SnapshotTooLarge(
-        f"{what} is {_human(size)} in {len(files):,} files, {over}; its largest: "
+        f"{what} is {human_size(size)} in {len(files):,} files, {over}; its largest: "
         f"{shown}. List what need not ship in {IGNORE_FILE} (gitignore syntax)"
     )
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":

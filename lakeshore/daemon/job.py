@@ -204,7 +204,10 @@ class Job:
         live = self._ctx.logs.open(inv, c.number) if self._ctx.logs is not None else None
         capture = self._capture = Capture(sink=live.write if live is not None else None)
         capture.on_term = self._terminating
-        self._emit(EventType.STARTED, {"seq": c.seq})
+        started: dict[str, Any] = {"seq": c.seq}
+        if inv.code is not None:
+            started["code"] = inv.code  # the snapshot this attempt ran
+        self._emit(EventType.STARTED, started)
         log.info("%s: started", self._label)
         env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.number)} | _preempted(c)
         run = self._ctx.runner.run(inv, capture, env=env, mark=f"{inv.id}.{self.run_id}")

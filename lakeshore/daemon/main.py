@@ -18,6 +18,8 @@ from typing import TypeVar
 from lakeshore import __version__
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claimer
+from lakeshore.daemon.code_cache import CodeCache
+from lakeshore.daemon.code_cache import default_dir as default_code_dir
 from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, StopNow
 from lakeshore.daemon.events import EventPublisher
@@ -30,6 +32,7 @@ from lakeshore.daemon.runner import Runner
 from lakeshore.daemon.settings import DaemonSettings
 from lakeshore.errors import Unavailable
 from lakeshore.model import DaemonControl, Worker, WorkerRegister
+from lakeshore.security.credentials import org_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -150,9 +153,16 @@ async def _serve(
 ) -> None:
     events = EventPublisher(bus, settings.namespace)
     metrics = DaemonMetrics(version=__version__) if settings.metrics_port is not None else None
+    org = org_of(settings.access.credential)
+    code = CodeCache(
+        settings.code_cache or default_code_dir(),
+        lambda digest: bus.read_code(org, digest),
+        max_bytes=settings.code_cache_max_bytes,
+    )
     pool = {
         "processes": settings.concurrency,
         "max_runs_per_process": settings.max_runs_per_process,
+        "code": code,
     }
     if metrics is None:
         runner = Runner(environ, **pool)

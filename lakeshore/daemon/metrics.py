@@ -15,6 +15,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from lakeshore.daemon.code_cache import CodeCache
 from lakeshore.daemon.runner import Capture, Outcome, Runner
 from lakeshore.model import Invocation
 
@@ -70,8 +71,11 @@ class MeteredRunner(Runner):
         *,
         processes: int = 1,
         max_runs_per_process: int | None = None,
+        code: CodeCache | None = None,
     ) -> None:
-        super().__init__(base_env, processes=processes, max_runs_per_process=max_runs_per_process)
+        super().__init__(
+            base_env, processes=processes, max_runs_per_process=max_runs_per_process, code=code
+        )
         self._metrics = metrics
 
     async def run(

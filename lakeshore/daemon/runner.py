@@ -32,14 +32,17 @@ import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from lakeshore.daemon.code_cache import CodeCache
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
 from lakeshore.daemon.pool import Pool, crash_cause, crashed_error
 from lakeshore.daemon.reaper import DAEMON_MARK, RUN_MARK, RunProcesses, Watchdog, signal_marked
-from lakeshore.daemon.worker_main import resolve
+from lakeshore.daemon.worker_main import CODE_DIR_VAR, CODE_VAR, resolve
+from lakeshore.errors import LakeshoreError, Unavailable
 from lakeshore.model import Invocation, Isolation, RemoteError
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 TAIL_BYTES = 64 * 1024
 #: The two streams of a run's output, as its live log names them.
 STDOUT, STDERR = "out", "err"
+#: The error type of a run whose code snapshot could not be fetched (a failed attempt).
+CODE_UNAVAILABLE = "lakeshore.CodeUnavailable"
 #: Gets each chunk of a run's output as it comes: ``sink(stream, chunk)``.
 Sink = Callable[[str, bytes], None]
 
@@ -149,6 +154,8 @@ class Runner:
         processes: most worker processes kept warm for functions (the concurrency).
         max_runs_per_process: runs after which a worker process is replaced (``None``:
             no limit).
+        code: where the code snapshots of runs that name one are fetched and kept
+            (``None``: such a run fails, saying so).
     """
 
     def __init__(
@@ -157,7 +164,9 @@ class Runner:
         *,
         processes: int = 1,
         max_runs_per_process: int | None = None,
+        code: CodeCache | None = None,
     ) -> None:
+        self._code = code
         self._watchdog = Watchdog()
         self._watchdog.start()
         self._marks = {DAEMON_MARK: self._watchdog.mark}
@@ -187,17 +196,41 @@ class Runner:
         Returns:
             The outcome; failures are outcomes, not exceptions.
         """
+        shipped: dict[str, str] = {}
+        if inv.code is not None:
+            try:
+                directory = await self._code_directory(inv.code)
+            except LakeshoreError as e:  # a failed attempt, never a run of local code instead
+                why = f"code snapshot {inv.code} could not be fetched to this host: {e}"
+                return Outcome(ok=False, error=RemoteError(type=CODE_UNAVAILABLE, message=why))
+            shipped = {CODE_VAR: inv.code, CODE_DIR_VAR: str(directory)}
         if inv.command:
-            env = {**self._base_env, **inv.env, **env, **self._marks, RUN_MARK: mark}
-            return await _command(inv.command, env, capture, inv.stop_grace_s)
+            env = {**self._base_env, **inv.env, **env, **shipped, **self._marks, RUN_MARK: mark}
+            cwd = shipped.get(CODE_DIR_VAR)
+            return await _command(inv.command, env, capture, inv.stop_grace_s, cwd=cwd)
         if inv.fn and inv.isolation is Isolation.INLINE:
             return await _in_thread(self._threads, lambda: _call(inv.fn, inv.args, inv.kwargs))
         if inv.fn:
-            return await self._function(inv, capture, env, mark)
+            return await self._function(inv, capture, env, mark, shipped)
         return Outcome(ok=False, error=remote_error(ValueError("neither fn nor command is set")))
 
+    async def _code_directory(self, digest: str) -> Path:
+        """The directory of a run's code snapshot, fetched to this host if need be.
+
+        Raises:
+            LakeshoreError: it could not be had (the message says why).
+        """
+        if self._code is None:
+            raise Unavailable("this daemon keeps no code cache: it cannot run shipped code")
+        return await self._code.directory(digest)
+
     async def _function(
-        self, inv: Invocation, capture: Capture, env: Mapping[str, str], mark: str
+        self,
+        inv: Invocation,
+        capture: Capture,
+        env: Mapping[str, str],
+        mark: str,
+        shipped: Mapping[str, str],
     ) -> Outcome:
         assert inv.fn is not None
         try:
@@ -205,7 +238,8 @@ class Runner:
                 inv.fn,
                 inv.args,
                 inv.kwargs,
-                env=inv.env,
+                # Workers are kept per environment: one of a snapshot runs only its runs.
+                env={**inv.env, **shipped},
                 run_env=env,
                 mark=mark,
                 grace_s=inv.stop_grace_s,
@@ -252,7 +286,7 @@ class _Watch(asyncio.SubprocessProtocol):
 
 
 async def _command(
-    argv: list[str], env: dict[str, str], capture: Capture, grace_s: float
+    argv: list[str], env: dict[str, str], capture: Capture, grace_s: float, *, cwd: str | None
 ) -> Outcome:
     loop = asyncio.get_running_loop()
     watch = _Watch(capture)
@@ -264,6 +298,7 @@ async def _command(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=env,
+            cwd=cwd,
             # Its own process group, so a signal also reaches what a shell started.
             start_new_session=True,
         )

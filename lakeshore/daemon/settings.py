@@ -6,6 +6,7 @@ tests build it directly. Durations carry their unit in the name.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from msgspec import Meta, Struct
@@ -56,6 +57,11 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     log_max_bytes: Annotated[int, Meta(ge=0)] = 16 * 1024 * 1024
     """Most bytes of one attempt's output published to its live log (the server's
     ``log_max_bytes`` has the same default); past it one line says how much was dropped."""
+    code_cache: Path | None = None
+    """Where this host's code snapshots are kept (``None``: ``~/.cache/lakeshore/code``);
+    daemons of one host naming the same directory fetch each snapshot once."""
+    code_cache_max_bytes: Annotated[int, Meta(ge=0)] = 10 * 1024**3
+    """Bound of the code cache (the snapshots' files): least recently used out first."""
 
     @property
     def namespace(self) -> str:

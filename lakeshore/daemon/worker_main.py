@@ -44,6 +44,11 @@ FD_VAR = "LAKESHORE_WORKER_FD"
 OUT_VAR, ERR_VAR = "LAKESHORE_WORKER_OUT", "LAKESHORE_WORKER_ERR"
 #: The daemon's pid (the worker exits if its parent is not that one any more).
 PARENT_VAR = "LAKESHORE_WORKER_PARENT"
+#: The directory of the run's code snapshot (spec/code.md): a worker started with it has it
+#: first on ``sys.path`` and as its working directory; a command's runs have it as theirs.
+CODE_DIR_VAR = "LAKESHORE_CODE_DIR"
+#: The digest of the run's code snapshot (every run that has one sees it).
+CODE_VAR = "LAKESHORE_CODE"
 #: Frame header: the body's length.
 HEADER = struct.Struct(">I")
 
@@ -321,10 +326,29 @@ def resolve(ref: str) -> Any:
     module_name, sep, qualname = ref.partition(":")
     if not sep or not module_name or not qualname:
         raise ValueError(f"fn {ref!r} is not of the form 'module:qualname'")
-    obj: Any = importlib.import_module(module_name)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name + ".").startswith(e.name + "."):
+            raise  # a module the function's own module imports: its error as it is
+        raise ModuleNotFoundError(_not_found(ref, e), name=e.name) from None
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _not_found(ref: str, e: ModuleNotFoundError) -> str:
+    """Where the function was looked for, and how to ship it there."""
+    import socket as _socket
+
+    code = os.environ.get(CODE_VAR)
+    shipped = f"code {code}" if code else "no code shipped (the daemon's own path)"
+    return (
+        f"{e}: {ref} was looked for on host {_socket.gethostname()} with {shipped}, in "
+        f"working directory {os.getcwd()}. Ship the code with the invocation: `lakeshore "
+        'submit --code DIR`, `@udf(code=".")` or `lakeshore.configure(code=".")`; or start '
+        f"the daemon where the module is importable. sys.path: {sys.path}"
+    )
 
 
 def _call(ref: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -352,6 +376,9 @@ def _error(e: BaseException) -> tuple[str, str, str]:
 def main() -> None:
     global _SUBREAPER
     _SUBREAPER = _tie_to_daemon()
+    if code_dir := os.environ.get(CODE_DIR_VAR):  # the runs' code snapshot, first of all
+        sys.path.insert(0, code_dir)
+        os.chdir(code_dir)
     sock = socket.socket(fileno=int(os.environ.pop(FD_VAR)))
     sock.setblocking(True)
     for stream in (sys.stdout, sys.stderr):

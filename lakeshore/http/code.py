@@ -3,8 +3,9 @@
 ``PUT`` uploads a snapshot's tar (:mod:`lakeshore.code.snapshot`) under its digest: 201 when
 it is stored, 200 when it already was; checked whole first (digest, plain files, the
 server's bounds: 413 naming its size and largest files), so a refused upload stores
-nothing. ``GET`` shows one. The namespace in the path is the caller's way in: snapshots
-belong to its org, so every namespace of the org reaches them and no other org does.
+nothing. ``GET`` shows one, or lists them, with how the org's jobs use each. The namespace
+in the path is the caller's way in: snapshots belong to its org, so every namespace of the
+org reaches them and no other org does.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from lakeshore.errors import Invalid, Unavailable
 from lakeshore.http.auth import namespace
 from lakeshore.http.routes import Routes, reply
 from lakeshore.http.state import CODE
-from lakeshore.model import CodeInfo
+from lakeshore.model import CodeInfo, CodeList
 from lakeshore.model.code import DIGEST_PATTERN
 from lakeshore.services.code import CodeService
 
 routes = Routes()
-PATH = "/v1/namespaces/{ns}/code/{digest}"
+BASE = "/v1/namespaces/{ns}/code"
+PATH = BASE + "/{digest}"
 #: Bytes read from an upload at a time.
 READ_CHUNK = 256 * 1024
 
@@ -43,10 +45,19 @@ def _digest(request: web.Request) -> str:
     return digest
 
 
+@routes.route(
+    "GET", BASE, "The code snapshots of the namespace's org, the most recently used first",
+    answer=CodeList,
+)  # fmt: skip
+async def listing(request: web.Request) -> web.Response:
+    ns = await namespace(request)
+    return reply(CodeList(snapshots=await _service(request).list(ns.org)))
+
+
 @routes.route("GET", PATH, "One code snapshot of the namespace's org", answer=CodeInfo)
 async def show(request: web.Request) -> web.Response:
     ns = await namespace(request)
-    return reply(await _service(request).show(ns.org, _digest(request)))
+    return reply(await _service(request).show_used(ns.org, _digest(request)))
 
 
 @routes.route(

@@ -14,7 +14,7 @@ from lakeshore.model.access import (
     TokenCreate,
     TokenCreated,
 )
-from lakeshore.model.code import DIGEST_PATTERN, CodeInfo, Digest
+from lakeshore.model.code import DIGEST_PATTERN, CodeInfo, CodeList, CodeUse, Digest
 from lakeshore.model.controller import ControllerStatus, LeaseStatus, Scope, UnitStatus
 from lakeshore.model.daemon import (
     BusAccess,
@@ -118,6 +118,8 @@ from lakeshore.model.workers import (
 __all__ = [
     "DIGEST_PATTERN",
     "CodeInfo",
+    "CodeList",
+    "CodeUse",
     "Digest",
     "QUEUED",
     "is_queued",

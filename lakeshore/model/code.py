@@ -12,11 +12,33 @@ DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 Digest = Annotated[str, Meta(pattern=DIGEST_PATTERN)]
 
 
+class CodeUse(Struct, frozen=True, kw_only=True):
+    """How an org's jobs use one snapshot (from the jobs' history)."""
+
+    #: jobs submitted with it
+    jobs: int = 0
+    #: of them, not finished (a pending or running job keeps its snapshot)
+    unfinished: int = 0
+    #: the first of their events, and the last
+    first_used: datetime | None = None
+    last_used: datetime | None = None
+
+
 class CodeInfo(Struct, frozen=True, kw_only=True):
-    """One stored snapshot of an org."""
+    """One stored snapshot of an org, and how its jobs use it."""
 
     digest: str
     #: the files' sizes together
     size: int
     files: int
     stored_at: datetime | None = None
+    jobs: int = 0
+    unfinished: int = 0
+    first_used: datetime | None = None
+    last_used: datetime | None = None
+
+
+class CodeList(Struct, frozen=True, kw_only=True):
+    """``GET …/code``: the org's snapshots, the most recently used first."""
+
+    snapshots: list[CodeInfo]

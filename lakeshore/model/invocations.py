@@ -318,6 +318,8 @@ class Attempt(Struct, frozen=True, kw_only=True):
     #: the claim's place in its daemon process's claims (``[boot, n]``): a heartbeat of
     #: that daemon at or past it that does not list the job means the daemon let it go
     claim_mark: ClaimMark | None = None
+    #: the code snapshot it ran in (``sha256:…``); ``None``: the daemon's own path
+    code: str | None = None
 
 
 class Job(Struct, frozen=True, kw_only=True):
@@ -369,6 +371,8 @@ class JobDetail(Job, frozen=True, kw_only=True):
     #: a function's: ``process`` (a worker process of its daemon) or ``inline`` (a thread
     #: of the daemon: no run variables, no live log, no re-import, no isolation)
     isolation: str | None = None
+    #: the code snapshot it runs in (``sha256:…``; spec/code.md); ``None``: none shipped
+    code: str | None = None
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

@@ -25,7 +25,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 import msgspec
 
 from lakeshore.code.snapshot import directory_of
-from lakeshore.errors import Invalid
+from lakeshore.errors import Invalid, SnapshotNotFound
 from lakeshore.model import (
     DEFAULT_MAX_LOST,
     DEFAULT_STOP_GRACE_S,
@@ -251,9 +251,19 @@ class Udf(Generic[P, R]):
 
     async def _send(self, client: Client, specs: list[InvocationSubmit]) -> list[Invocation]:
         directory = self.code or sync.shipped_code()
-        if directory is not None:
+        if directory is None:
+            return await self._batches(client, specs)
+        digest = await SHIPPER.ship(client, directory, self.namespace)
+        shipped = [msgspec.structs.replace(spec, code=digest) for spec in specs]
+        try:
+            return await self._batches(client, shipped)
+        except SnapshotNotFound:  # deleted by the server's retention since it was shipped
+            SHIPPER.forget(client, digest, self.namespace)
             digest = await SHIPPER.ship(client, directory, self.namespace)
-            specs = [msgspec.structs.replace(spec, code=digest) for spec in specs]
+            shipped = [msgspec.structs.replace(spec, code=digest) for spec in specs]
+            return await self._batches(client, shipped)
+
+    async def _batches(self, client: Client, specs: list[InvocationSubmit]) -> list[Invocation]:
         out: list[Invocation] = []
         for start in range(0, len(specs), MAX_BATCH):
             chunk = specs[start : start + MAX_BATCH]

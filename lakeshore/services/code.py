@@ -11,14 +11,20 @@ namespace of the org reaches them, no other org does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
+import msgspec
 from nats.js import JetStreamContext
 from nats.js.object_store import ObjectStore
 
 from lakeshore.code import bucket, snapshot
-from lakeshore.errors import Invalid, SnapshotNotFound, SnapshotTooLarge
-from lakeshore.model import CodeInfo
+from lakeshore.errors import Invalid, LakeshoreError, SnapshotNotFound, SnapshotTooLarge
+from lakeshore.model import CodeInfo, CodeUse, now
+
+log = logging.getLogger(__name__)
 
 #: What a tar adds to its files' bytes, at most, per file (a header, a PAX header for long
 #: names, padding) and in all (the end blocks): an upload longer than the bound plus this
@@ -27,17 +33,37 @@ TAR_OVERHEAD_PER_FILE = 3 * 512
 TAR_OVERHEAD = 20 * 512
 
 
+#: How an org's jobs use its snapshots (:meth:`~lakeshore.store.jobs.JobQueries.code_use`
+#: over the org's namespaces).
+Usage = Callable[[str], Awaitable[dict[str, CodeUse]]]
+
+
+async def _no_usage(org: str) -> dict[str, CodeUse]:
+    return {}
+
+
 class CodeService:
     """Args:
     js: the control plane's JetStream context (it alone writes the buckets).
     max_bytes, max_files: the server's ``code_max_bytes`` and ``code_max_files``.
     replicas: JetStream replicas of each org's bucket.
+    usage: how an org's jobs use its snapshots.
+    retention_s: a snapshot no unfinished job names is deleted this long after its last
+        use (its jobs' last event, else its upload).
     """
 
     def __init__(
-        self, js: JetStreamContext, *, max_bytes: int, max_files: int, replicas: int = 1
+        self,
+        js: JetStreamContext,
+        *,
+        max_bytes: int,
+        max_files: int,
+        replicas: int = 1,
+        usage: Usage = _no_usage,
+        retention_s: float = 7 * 86400.0,
     ) -> None:
         self._js, self._replicas = js, replicas
+        self._usage, self._retention_s = usage, retention_s
         self.max_bytes, self.max_files = max_bytes, max_files
         #: digests known stored, per org: a submit naming one asks NATS nothing
         self._known: dict[str, set[str]] = {}
@@ -65,6 +91,32 @@ class CodeService:
             )
         self._known.setdefault(org, set()).add(digest)
         return info
+
+    async def show_used(self, org: str, digest: str) -> CodeInfo:
+        """:meth:`show` with how the org's jobs use it."""
+        info = await self.show(org, digest)
+        return _used(info, (await self._usage(org)).get(digest))
+
+    async def list(self, org: str) -> list[CodeInfo]:
+        """The org's snapshots with how its jobs use them, the most recently used first."""
+        stored = await bucket.listed(await self._bucket(org))
+        use = await self._usage(org)
+        shown = [_used(info, use.get(info.digest)) for info in stored]
+        return sorted(shown, key=_last_use, reverse=True)
+
+    async def prune(self, now: datetime) -> list[tuple[str, str]]:
+        """Delete the snapshots no unfinished job names whose last use is older than the
+        retention; ``(org, digest)`` of each deleted."""
+        deleted = []
+        for org in await bucket.orgs(self._js):
+            for info in await self.list(org):
+                if info.unfinished or now - _last_use(info) < timedelta(seconds=self._retention_s):
+                    continue
+                async with self._writes.setdefault((org, info.digest), asyncio.Lock()):
+                    await bucket.delete(await self._bucket(org), info.digest)
+                self._known.get(org, set()).discard(info.digest)
+                deleted.append((org, info.digest))
+        return deleted
 
     async def put(
         self, org: str, digest: str, body: AsyncIterator[bytes], length: int | None
@@ -97,14 +149,14 @@ class CodeService:
         """Check that every digest a submit names is stored in the org.
 
         Raises:
-            Invalid: one is not (named), so nothing is submitted.
+            SnapshotNotFound: one is not (named), so nothing is submitted.
         """
         known = self._known.get(org, set())
         for digest in sorted(digests - known):
             try:
                 await self.show(org, digest)
             except SnapshotNotFound:
-                raise Invalid(
+                raise SnapshotNotFound(
                     f"code snapshot {digest} is not uploaded to this org: upload it first "
                     f"(`PUT /v1/namespaces/NS/code/{digest}`; the SDK's code= and "
                     "`lakeshore submit --code DIR` do it for you)"
@@ -135,4 +187,42 @@ class CodeService:
         return store
 
 
-__all__ = ["CodeService"]
+def _used(info: CodeInfo, use: CodeUse | None) -> CodeInfo:
+    if use is None:
+        return info
+    return msgspec.structs.replace(
+        info, jobs=use.jobs, unfinished=use.unfinished, first_used=use.first_used,
+        last_used=use.last_used,
+    )  # fmt: skip
+
+
+def _last_use(info: CodeInfo) -> datetime:
+    return max(t for t in (info.last_used, info.stored_at, _EPOCH) if t is not None)
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+class Retention:
+    """Prunes the snapshots every ``every_s`` (:meth:`CodeService.prune`) until closed."""
+
+    def __init__(self, service: CodeService, every_s: float) -> None:
+        self._task = asyncio.create_task(self._run(service, every_s), name="code-retention")
+
+    async def _run(self, service: CodeService, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                for org, digest in await service.prune(now()):
+                    log.info("code snapshot %s of org %s deleted: unused past retention",
+                             digest, org)  # fmt: skip
+            except (LakeshoreError, *bucket.NATS_ERRORS) as e:
+                log.warning("code retention: %s", e)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+__all__ = ["CodeService", "Retention"]

@@ -257,9 +257,11 @@ class JobService:
         """
         record = await self._record(namespace, job_id)
         job = await self._shown(record.job)
+        submitted = record.submitted or {}
         if job.fn is not None:
-            isolation = (record.submitted or {}).get("isolation") or "process"
-            job = msgspec.structs.replace(job, isolation=isolation)
+            job = msgspec.structs.replace(job, isolation=submitted.get("isolation") or "process")
+        if submitted.get("code"):
+            job = msgspec.structs.replace(job, code=submitted["code"])
         return _named(job, await self._worker_names(namespace, [job]))
 
     async def result(

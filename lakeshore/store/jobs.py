@@ -36,13 +36,14 @@ from lakeshore.model import (
     Attempt,
     BatchTally,
     Cause,
+    CodeUse,
     EventType,
     InvocationState,
     Job,
     JobDetail,
     RemoteError,
 )
-from lakeshore.store import _rows, fences, images
+from lakeshore.store import _rows, code_use, fences, images
 from lakeshore.store import job_sql as q
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
 from lakeshore.store.port import JobRecord, QueueActivity
@@ -263,6 +264,7 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a["claim_mark"] = detail.get("mark")
         if type_ == EventType.STARTED and "started_at" not in a:
             a["started_at"] = ts
+            a["code"] = detail.get("code")
         if type_ == EventType.STOPPING and "stopping" not in a:
             why, grace_s = detail.get("why") or "stopped", detail.get("grace_s") or 0.0
             a["stopping"] = {"why": why, "since": ts, "grace_s": grace_s}
@@ -434,6 +436,10 @@ class JobQueries:
         return await self._read(
             namespace, lambda con: queue_activity(con, namespace, queue, since, unfinished)
         )
+
+    async def code_use(self, namespaces: list[str]) -> dict[str, CodeUse]:
+        """How the jobs of ``namespaces`` use each code snapshot they name."""
+        return await self._run(lambda con: code_use.code_use(con, namespaces))
 
     async def fences(self, ids: Sequence[str]) -> dict[Key, Fence]:
         """The Recorder's fences of these invocation ids (absent: never recorded)."""

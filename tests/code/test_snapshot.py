@@ -47,6 +47,7 @@ def test_a_snapshot_holds_the_code_and_leaves_out_what_never_ships(tmp_path: Pat
             "runs/out.log": "big\n",
             "keep.log": "kept\n",
             "notes/draft.txt": "x\n",
+            ".lakeshore/config.toml": 'token = "lsk_secret"\n',  # a server's, a client's
             ".lakeshoreignore": "# outputs\n*.log\n!keep.log\nruns/\n/notes\n",
         },
     )

@@ -122,7 +122,8 @@ async def test_a_submit_naming_code_not_uploaded_is_refused_whole(api, js, tmp_p
     snap = pack(_project(tmp_path / "proj"))
     batch = {"invocations": [{"fn": "tasks:double", "args": [1], "code": snap.digest}] * 2}
     status, body = await api.post(f"{Q}/q/invocations", batch)
-    assert status == 400 and "is not uploaded to this org" in body["error"]["message"], body
+    assert status == 404 and "is not uploaded to this org" in body["error"]["message"], body
+    assert body["error"]["code"] == "snapshot_not_found"
     assert (await js.stream_info(subjects.queue_stream(NS, "q"))).state.messages == 0
     bad = {"fn": "tasks:double", "code": "sha256:nothex"}
     status, body = await api.post(f"{Q}/q/invocations", bad)

@@ -79,6 +79,7 @@ async def test_while_the_grace_runs_the_job_shows_its_stop_and_the_attempt_keeps
     assert job["stopping"].startswith("cancel requested; SIGTERM sent "), job["stopping"]
     assert "SIGKILL in " in job["stopping"], job["stopping"]
     assert await bench.events.wait_final(inv_id) is EventType.CANCELLED
+    await bench.job_state(inv_id, "cancelled")  # the control plane's record trails the bus
     job = await _job(bench, inv_id)
     assert job["stopping"] is None  # over
     [attempt] = job["attempts"]

@@ -205,6 +205,7 @@ async def test_the_sdk_has_a_method_for_every_route_the_api_serves(client):
         c.controller_status(),
         c.queue_history("x"),
         c.code_info("x"),
+        c.code_ls(),
     ]
     # Routes whose answer is not JSON: a file the SDK saves (``history_export``, no Call),
     # and the Prometheus text a scraper reads.

@@ -60,7 +60,18 @@ async def _run(fleet: Any, argv: list[str]) -> str:
     return (await cli_for(fleet.handle)(*argv)).stdout
 
 
-async def test_the_worked_example_runs_on_two_ssh_providers(fleet):
+def _tasks_py() -> str:
+    """The README's ``tasks.py`` (its End to end section's), which the reader's directory
+    holds when the worked example ships it (``submit --code .``)."""
+    after = README.split("Save this as `tasks.py`", 1)[1]
+    return re.search(r"```python\n(.*?)```", after, re.DOTALL).group(1)  # type: ignore[union-attr]
+
+
+async def test_the_worked_example_runs_on_two_ssh_providers(fleet, tmp_path, monkeypatch):
+    reader = tmp_path / "reader"  # the reader's directory: not the daemons' (their HOME)
+    reader.mkdir()
+    (reader / "tasks.py").write_text(_tasks_py())
+    monkeypatch.chdir(reader)
     commands = _commands()
     assert [c[:2] for c in commands[:2]] == [["providers", "add"]] * 2
     assert {c[2] for c in commands[:2]} == {"my-ec2", "my-gpu"}
