@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats.errors
 from aiohttp import web
 
@@ -495,7 +496,13 @@ class ControlPlane:
         )
 
         async def code_use(org: str) -> dict[str, CodeUse]:
-            return await store.code_use([n.name for n in await gate.list_namespaces(org)])
+            namespaces = [n.name for n in await gate.list_namespaces(org)]
+            use = await store.code_use(namespaces)
+            for q in await store.list_queues(namespaces):  # a queue's code is kept with it
+                if q.code is not None:
+                    had = use.get(q.code, CodeUse())
+                    use[q.code] = msgspec.structs.replace(had, queues=had.queues + 1)
+            return use
 
         code = CodeService(
             bus.nc.jetstream(timeout=CODE_API_TIMEOUT_S),
@@ -523,7 +530,9 @@ class ControlPlane:
                 lost_after_s=settings.lost_after_s,
                 code=code,
             ),
-            queues=QueueService(store=store, bus=bus, directory=directory, workers=workers),
+            queues=QueueService(
+                store=store, bus=bus, directory=directory, workers=workers, code=code
+            ),
             fleet=FleetService(
                 store=store,
                 bus=bus,

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import msgspec
+
 from lakeshore.actors.turns import pause
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
@@ -80,6 +82,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
     for i, spec in enumerate(specs):
         await pause(i)
         where = f"invocation {i}" if len(specs) > 1 else "the invocation"
+        spec = with_queue_code(row, spec)
         _check(row, spec, where)
         inv_id = ids[i]
         payload = codec.encode(
@@ -111,6 +114,16 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
         # idempotency.py), so JetStream deduplicates it too inside its window.
         out.append(Prepared(inv_id, inv_id, spec.priority, payload, spec))
     return out
+
+
+def with_queue_code(row: Queue, spec: InvocationSubmit) -> InvocationSubmit:
+    """``spec`` with its queue's code when it names none (an inline function keeps none:
+    it runs in the daemon's own process)."""
+    if spec.code is not None or row.code is None:
+        return spec
+    if spec.fn is not None and spec.isolation is Isolation.INLINE:
+        return spec
+    return msgspec.structs.replace(spec, code=row.code)
 
 
 def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:

@@ -188,6 +188,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
             created_at=ts,
             updated_at=ts,
             labels=dict(body.labels),
+            code=body.code,
         )
         return await self._add(row, actor)
 

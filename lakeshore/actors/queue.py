@@ -235,6 +235,8 @@ class QueueActor(Actor[QueueMsg]):
             changes["on_full"] = patch.on_full
         if patch.labels is not UNSET:
             changes["labels"] = dict(patch.labels)
+        if patch.code is not UNSET:
+            changes["code"] = patch.code
         if patch.elasticity is not UNSET:
             changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
             # A max set before the ceiling was lowered may stay; it may not be raised.

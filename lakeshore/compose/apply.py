@@ -32,6 +32,7 @@ from lakeshore.errors import Conflict, LakeshoreError
 from lakeshore.model import DaemonLaunch, ProviderKind, Worker
 from lakeshore.providers.external import refusal
 from lakeshore.sdk import Client
+from lakeshore.sdk.code import SHIPPER
 
 
 class Outcome(Struct, frozen=True, kw_only=True):
@@ -99,9 +100,13 @@ async def _send(client: Client, change: Change, launched: list[Worker]) -> None:
             await client.providers_patch(name, config=config, labels=labels, namespace=ns)
         case DeleteProvider(name=name):
             await client.providers_rm(name, namespace=ns)
-        case CreateQueue(body=body):
+        case CreateQueue(body=body, code_dir=code_dir):
+            if code_dir is not None:
+                await SHIPPER.ship(client, code_dir, ns)
             await client.queue_add(body, namespace=ns)
-        case PatchQueue(name=name, body=body):
+        case PatchQueue(name=name, body=body, code_dir=code_dir):
+            if code_dir is not None:
+                await SHIPPER.ship(client, code_dir, ns)
             await client.queue_patch(name, body, namespace=ns)
         case UnarchiveQueue(name=name):
             await client.queue_unarchive(name, namespace=ns)

@@ -85,15 +85,19 @@ class DeleteProvider(Struct, frozen=True, kw_only=True, tag="delete_provider"):
     name: str
 
 
-class CreateQueue(Struct, frozen=True, kw_only=True, tag="create_queue"):
+class CreateQueue(Struct, frozen=True, kw_only=True, tag="create_queue", omit_defaults=True):
     body: QueueCreate
+    #: the directory whose snapshot ``body.code`` names, uploaded before the queue is made
+    code_dir: str | None = None
 
 
-class PatchQueue(Struct, frozen=True, kw_only=True, tag="patch_queue"):
+class PatchQueue(Struct, frozen=True, kw_only=True, tag="patch_queue", omit_defaults=True):
     """A queue PATCH body; its ``elasticity`` is the complete object (nothing is merged)."""
 
     name: str
     body: dict[str, Any]
+    #: the directory whose snapshot ``body["code"]`` names, uploaded before the patch
+    code_dir: str | None = None
 
 
 class UnarchiveQueue(Struct, frozen=True, kw_only=True, tag="unarchive_queue"):

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from msgspec import Struct
 
+from lakeshore.code import snapshot
 from lakeshore.compose.marks import Marks, Path, Problem, YamlProblems, read
 from lakeshore.compose.messages import dotted, explain, fields_of, kind_of, unknown_key
 from lakeshore.compose.spec import (
@@ -66,6 +67,13 @@ class ComposeFileInvalid(Invalid):
         )
 
 
+class CodeDir(Struct, frozen=True, kw_only=True):
+    """A ``code:`` directory of the file and its snapshot's digest."""
+
+    path: str
+    digest: str
+
+
 class Declared(Struct, frozen=True, kw_only=True):
     """A checked compose file: its project and what each namespace should have."""
 
@@ -73,6 +81,9 @@ class Declared(Struct, frozen=True, kw_only=True):
     file: str
     project: str
     namespaces: dict[str, NamespaceSpec]
+    #: each queue's ``code`` directory (as the file gives it) resolved against the file's
+    #: directory, and the digest of its snapshot now
+    code: dict[str, CodeDir] = {}
 
 
 def load(
@@ -101,7 +112,31 @@ def load(
         raise Invalid(f"cannot read compose file {path}: {e}; give another with -f") from None
     spec = parse(text, path, env)
     name = project or spec.project or project_from_dir(FsPath(path))
-    return Declared(file=path, project=name, namespaces=spec.by_namespace(namespace))
+    namespaces = spec.by_namespace(namespace)
+    return Declared(
+        file=path, project=name, namespaces=namespaces, code=_code_dirs(path, namespaces)
+    )
+
+
+def _code_dirs(path: str, namespaces: dict[str, NamespaceSpec]) -> dict[str, CodeDir]:
+    """Every queue's ``code:`` directory, packed (its digest).
+
+    Raises:
+        Invalid: one is not a directory, cannot be read, or is over the default bounds.
+    """
+    here = FsPath(path).resolve().parent
+    found: dict[str, CodeDir] = {}
+    for spec in namespaces.values():
+        for queue, q in spec.queues.items():
+            if q.code is None or q.code in found:
+                continue
+            directory = here / q.code
+            try:
+                digest = snapshot.pack(directory).digest
+            except Invalid as e:
+                raise Invalid(f"{path}: queue {queue}: {e.message}") from None
+            found[q.code] = CodeDir(path=str(directory), digest=digest)
+    return found
 
 
 def parse(

@@ -65,7 +65,7 @@ def plan_up(
                 )
             )
         changes += provider_changes(ns, spec, now, declared.project, remove_orphans)
-        changes += queue_changes(ns, spec, now, declared.project, remove_orphans)
+        changes += queue_changes(ns, spec, now, declared.project, remove_orphans, declared.code)
         changes += daemon_changes(ns, spec, now, declared.project, remove_orphans, adopt)
     return Plan(project=declared.project, namespaces=list(declared.namespaces), changes=changes)
 

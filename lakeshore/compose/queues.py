@@ -22,6 +22,7 @@ from lakeshore.compose.changes import (
     UnarchiveQueue,
 )
 from lakeshore.compose.live import Live
+from lakeshore.compose.loader import CodeDir
 from lakeshore.compose.ownership import ours_or_free, owned, stray, unowned
 from lakeshore.compose.spec import NamespaceSpec, QueueSpec, desired_elasticity, with_labels
 from lakeshore.model import (
@@ -37,15 +38,25 @@ _QUEUE_FIELDS = ("description", "max_depth", "on_full")
 
 
 def queue_changes(
-    ns: str, spec: NamespaceSpec, now: Live, project: str, remove_orphans: bool
+    ns: str,
+    spec: NamespaceSpec,
+    now: Live,
+    project: str,
+    remove_orphans: bool,
+    code: dict[str, CodeDir] | None = None,
 ) -> list[Change]:
     """Create the declared queues that are missing; unarchive and patch, field by field,
-    those that differ; show (or, ``remove_orphans``, archive) the undeclared ones."""
+    those that differ; show (or, ``remove_orphans``, archive) the undeclared ones.
+
+    Args:
+        code: each ``code:`` directory of the file, packed (the plan names its digest).
+    """
     changes = []
     live = {q.name: q for q in now.queues}
     for name, want in spec.queues.items():
         elasticity = desired_elasticity(want)
         labels = with_labels(want.labels, project)
+        shipped = None if want.code is None else (code or {})[want.code]
         have = live.get(name)
         if have is None:
             body = QueueCreate(
@@ -56,6 +67,7 @@ def queue_changes(
                 on_full=want.on_full,
                 elasticity=msgspec.to_builtins(elasticity),
                 labels=labels,
+                code=shipped.digest if shipped else None,
             )
             changes.append(
                 Change(
@@ -64,11 +76,11 @@ def queue_changes(
                     subject="queue",
                     name=name,
                     summary=f"{want.kind}, {describe_elasticity(elasticity)}",
-                    action=CreateQueue(body=body),
+                    action=CreateQueue(body=body, code_dir=shipped.path if shipped else None),
                 )
             )
         else:
-            changes += _patch(ns, name, want, elasticity, labels, have, project)
+            changes += _patch(ns, name, want, elasticity, labels, have, project, shipped)
     for q in now.queues:
         if q.name in spec.queues or q.name == DEFAULT_QUEUE:
             continue
@@ -95,6 +107,7 @@ def _patch(
     labels: dict[str, str],
     have: Queue,
     project: str,
+    shipped: CodeDir | None,
 ) -> list[Change]:
     if not ours_or_free(have.labels, project):
         return [unowned(ns, "queue", name, have.labels, Op.CANNOT)]
@@ -139,7 +152,12 @@ def _patch(
     if have.labels != labels:
         fields.append(FieldChange(field="labels", old=have.labels, new=labels))
         body["labels"] = labels
+    digest = shipped.digest if shipped else None
+    if have.code != digest:
+        fields.append(FieldChange(field="code", old=have.code, new=digest))
+        body["code"] = digest
     if fields:
+        code_dir = shipped.path if shipped and "code" in body else None
         changes.append(
             Change(
                 namespace=ns,
@@ -147,7 +165,7 @@ def _patch(
                 subject="queue",
                 name=name,
                 fields=fields,
-                action=PatchQueue(name=name, body=body),
+                action=PatchQueue(name=name, body=body, code_dir=code_dir),
             )
         )
     return changes

@@ -77,6 +77,13 @@ class QueueSpec(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     on_full: Annotated[OnFull, _doc("what a submit to a full queue does")] = OnFull.REJECT
     elasticity: ElasticitySpec = ElasticitySpec()  # type: ignore[valid-type]
     labels: Annotated[Labels, _doc("merged with lakeshore.io/project")] = {}
+    code: Annotated[
+        str | None,
+        _doc(
+            "a directory (relative to the file) its invocations run in when they name no "
+            "code of their own: shipped as a snapshot by `compose up`; null: none"
+        ),
+    ] = None
 
 
 class DaemonSpec(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -22,9 +22,11 @@ class CodeUse(Struct, frozen=True, kw_only=True):
     #: the first of their events, and the last
     first_used: datetime | None = None
     last_used: datetime | None = None
+    #: queues whose invocations run in it when they name none (it is kept while any does)
+    queues: int = 0
 
 
-class CodeInfo(Struct, frozen=True, kw_only=True):
+class CodeInfo(CodeUse, frozen=True, kw_only=True):
     """One stored snapshot of an org, and how its jobs use it."""
 
     digest: str
@@ -32,10 +34,6 @@ class CodeInfo(Struct, frozen=True, kw_only=True):
     size: int
     files: int
     stored_at: datetime | None = None
-    jobs: int = 0
-    unfinished: int = 0
-    first_used: datetime | None = None
-    last_used: datetime | None = None
 
 
 class CodeList(Struct, frozen=True, kw_only=True):

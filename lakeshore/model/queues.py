@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from lakeshore.model.code import Digest
 from lakeshore.model.names import (
     MAX_COST_WEIGHT,
     MAX_FLEET,
@@ -110,6 +111,9 @@ class Queue(Struct, frozen=True, kw_only=True):
     updated_at: datetime
     #: free labels, e.g. ``lakeshore.io/project`` on the queues a compose file created
     labels: dict[str, str] = {}
+    #: the code snapshot (``sha256:…``) its invocations run in when they name none
+    #: (spec/code.md; a compose file's ``code:``); ``None``: the daemon's own path
+    code: str | None = None
 
 
 class QueuePage(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -186,6 +190,8 @@ class QueueCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     #: partial elasticity object: omitted fields take their defaults for the kind
     elasticity: dict[str, Any] | None = None
     labels: Labels = {}
+    #: the code snapshot its invocations run in when they name none (uploaded first)
+    code: Digest | None = None
 
 
 class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -196,6 +202,8 @@ class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     elasticity: dict[str, Any] | UnsetType = UNSET
     #: replaces the queue's labels
     labels: Labels | UnsetType = UNSET
+    #: the code snapshot its invocations run in when they name none; ``null``: none
+    code: Digest | None | UnsetType = UNSET
     #: present only to answer a clear 400: a queue's kind is immutable
     kind: Any = UNSET
     name: Any = UNSET

@@ -59,6 +59,7 @@ class Shipper:
         self._lock = threading.Lock()
         self._packed: dict[Path, tuple[tuple[object, ...], Snapshot]] = {}
         self._shipped: set[tuple[str, str, str]] = set()
+        self._inflight: dict[tuple[int, tuple[str, str, str]], asyncio.Task[None]] = {}
 
     def snapshot(self, directory: str | os.PathLike[str]) -> Snapshot:
         """``directory``'s snapshot, packed again only if its files changed.
@@ -90,12 +91,24 @@ class Shipper:
         key = (client.api, namespace or client.namespace, snap.digest)
         if key in self._shipped:
             return snap.digest
+        # Submits racing on one loop share one upload (a future per loop: the SDK's, or a
+        # CLI command's own).
+        loop = asyncio.get_running_loop()
+        inflight = self._inflight.get((id(loop), key))
+        if inflight is None:
+            inflight = loop.create_task(self._upload(client, snap, namespace))
+            self._inflight[(id(loop), key)] = inflight
+            inflight.add_done_callback(lambda _: self._inflight.pop((id(loop), key), None))
+        await asyncio.shield(inflight)
+        self._shipped.add(key)
+        return snap.digest
+
+    @staticmethod
+    async def _upload(client: CodeRoutes, snap: Snapshot, namespace: str | None) -> None:
         try:
             await client.code_info(snap.digest, namespace=namespace)
         except SnapshotNotFound:
             await client.upload_code(snap, namespace=namespace)
-        self._shipped.add(key)
-        return snap.digest
 
     def forget(self, client: CodeRoutes, digest: str, namespace: str | None) -> None:
         """``digest`` is not stored where ``client`` submits any more (the server's retention

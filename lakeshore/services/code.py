@@ -105,12 +105,16 @@ class CodeService:
         return sorted(shown, key=_last_use, reverse=True)
 
     async def prune(self, now: datetime) -> list[tuple[str, str]]:
-        """Delete the snapshots no unfinished job names whose last use is older than the
-        retention; ``(org, digest)`` of each deleted."""
+        """Delete the snapshots no unfinished job and no queue names whose last use is older
+        than the retention; ``(org, digest)`` of each deleted."""
         deleted = []
         for org in await bucket.orgs(self._js):
             for info in await self.list(org):
-                if info.unfinished or now - _last_use(info) < timedelta(seconds=self._retention_s):
+                if (
+                    info.unfinished
+                    or info.queues
+                    or now - _last_use(info) < timedelta(seconds=self._retention_s)
+                ):
                     continue
                 async with self._writes.setdefault((org, info.digest), asyncio.Lock()):
                     await bucket.delete(await self._bucket(org), info.digest)
@@ -190,10 +194,7 @@ class CodeService:
 def _used(info: CodeInfo, use: CodeUse | None) -> CodeInfo:
     if use is None:
         return info
-    return msgspec.structs.replace(
-        info, jobs=use.jobs, unfinished=use.unfinished, first_used=use.first_used,
-        last_used=use.last_used,
-    )  # fmt: skip
+    return msgspec.structs.replace(info, **msgspec.structs.asdict(use))
 
 
 def _last_use(info: CodeInfo) -> datetime:

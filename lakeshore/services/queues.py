@@ -18,6 +18,7 @@ from lakeshore.actors.directory import CreateQueue, EnsureDefault, Lookup, Remov
 from lakeshore.actors.queue import CountWaiting, GetQueue, PatchQueue, Transition
 from lakeshore.actors.workers import Members
 from lakeshore.bus.port import Bus, QueueCounts
+from lakeshore.errors import NamespaceNotFound, Unavailable
 from lakeshore.model import (
     DEFAULT_QUEUE,
     Member,
@@ -33,6 +34,7 @@ from lakeshore.model import (
     levels_of,
     now,
 )
+from lakeshore.services.code import CodeService
 from lakeshore.store import Store
 from lakeshore.store.port import QueueActivity
 
@@ -62,12 +64,30 @@ class QueueService:
         bus: Bus,
         directory: ActorRef[Any],
         workers: ActorRef[Any],
+        code: CodeService | None = None,
     ) -> None:
         self._store, self._bus = store, bus
         self._directory, self._workers = directory, workers
+        self._code = code
 
     async def create(self, namespace: str, body: QueueCreate, actor: str | None) -> Queue:
+        await self._check_code(namespace, body.code)
         return await self._directory.ask(CreateQueue(namespace, body, actor))
+
+    async def _check_code(self, namespace: str, digest: str | None) -> None:
+        """A queue's code must be stored in its org first (as an invocation's must).
+
+        Raises:
+            SnapshotNotFound: it is not.
+        """
+        if digest is None:
+            return
+        if self._code is None:
+            raise Unavailable("this control plane stores no code: leave code out")
+        ns = await self._store.get_namespace(namespace)
+        if ns is None:
+            raise NamespaceNotFound(namespace)
+        await self._code.require(ns.org, {digest})
 
     async def list(
         self,
@@ -111,6 +131,8 @@ class QueueService:
         )
 
     async def patch(self, namespace: str, name: str, patch: QueuePatch, actor: str | None) -> Queue:
+        if isinstance(patch.code, str):
+            await self._check_code(namespace, patch.code)
         return await (await self._queue(namespace, name)).ask(PatchQueue(patch, actor))
 
     async def transition(

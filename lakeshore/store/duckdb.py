@@ -49,7 +49,7 @@ T = TypeVar("T")
 _NAMESPACE = ("name", "org", "created_at")
 _TOKEN = ("id", "namespace", "description", "admin", "created_at")
 _QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_full",
-          "elasticity", "created_at", "updated_at", "labels")  # fmt: skip
+          "elasticity", "created_at", "updated_at", "labels", "code")  # fmt: skip
 _WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
            "current", "last_heartbeat", "started_at", "placement")  # fmt: skip
 _QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")

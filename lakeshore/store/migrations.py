@@ -188,6 +188,13 @@ MIGRATIONS: list[Migration] = [
             "ALTER TABLE history_minutes ADD COLUMN running_change BIGINT DEFAULT 0",
         ],
     ),
+    (
+        9,
+        [
+            # The code snapshot a queue's invocations run in when they name none.
+            "ALTER TABLE queues ADD COLUMN code VARCHAR",
+        ],
+    ),
 ]
 
 

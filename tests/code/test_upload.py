@@ -136,14 +136,29 @@ async def test_a_submit_naming_code_not_uploaded_is_refused_whole(api, js, tmp_p
     assert b'"code":"' + snap.digest.encode() + b'"' in msg.data
 
 
+class Counting(Client):
+    """A real client that counts the snapshots it asked for and uploaded."""
+
+    asked = uploads = 0
+
+    def code_info(self, digest: str, **kw):  # type: ignore[no-untyped-def]
+        self.asked += 1
+        return super().code_info(digest, **kw)
+
+    async def upload_code(self, snap, **kw):  # type: ignore[no-untyped-def]
+        self.uploads += 1
+        return await super().upload_code(snap, **kw)
+
+
 async def test_the_shipper_packs_once_per_change_and_uploads_once(
     control_plane, js, tmp_path: Path
 ) -> None:
     root = _project(tmp_path / "proj")
     shipper = Shipper()
-    async with Client(control_plane.api, control_plane.admin_token) as client:
+    async with Counting(control_plane.api, control_plane.admin_token) as client:
         digests = await asyncio.gather(*(shipper.ship(client, root, None) for _ in range(200)))
         assert len(set(digests)) == 1
+        assert (client.asked, client.uploads) == (1, 1)  # 200 submits racing: one upload
         first = shipper.snapshot(root)
         assert shipper.snapshot(root) is first  # nothing changed: not packed again
         assert await _objects(js) == 1

@@ -9,6 +9,8 @@ from pathlib import Path
 from browsing import EXPECT_MS, README_SHOT, sign_in
 from playwright.async_api import Page, expect
 
+from lakeshore.code import pack
+
 NS = "/v1/namespaces/default"
 
 
@@ -314,3 +316,21 @@ async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(
     await expect(row.locator('[data-col="state"]')).to_have_text("failed timed_out")
     await expect(page.locator("tr[data-job]")).to_have_count(1)
     await page.screenshot(path=screens / "jobs-timed-out.png", full_page=True)
+
+
+async def test_a_job_shows_its_code_snapshot_and_its_retry_keeps_it(page: Page, api, tmp_path):
+    (tmp_path / "tasks.py").write_text("def f():\n    return 1\n")
+    snap = pack(tmp_path)
+    assert (await api.request("PUT", f"{NS}/code/{snap.digest}", data=snap.data))[0] == 201
+    assert (await api.post(f"{NS}/queues", {"name": "coded"}))[0] == 201  # no daemon: it waits
+    job = await submit(api, "coded", fn="tasks:f", code=snap.digest, isolation="process")
+    assert (await api.post(f"{NS}/jobs/{job}/cancel", {}))[0] == 200
+    await show(page, f"#/job/{job}")
+    await expect(page.locator("#job-state")).to_have_text("cancelled")
+    shown = page.locator(f'code[title="{snap.digest}"]')
+    await expect(shown).to_have_text(snap.digest[:19])
+    await page.get_by_role("button", name="retry").click()
+    await expect(page).not_to_have_url(re.compile(f"#/job/{job}$"))
+    new = page.url.rsplit("/", 1)[-1]
+    _, fresh = await api.get(f"{NS}/jobs/{new}")
+    assert (fresh["code"], fresh["isolation"]) == (snap.digest, "process")

@@ -226,6 +226,8 @@ export async function jobView(el, params, [id]) {
           // Lost and preempted attempts do not count toward max_attempts.
           ["attempt", `${job.attempt} (${job.counted_attempts} of ${job.max_attempts} counted)`],
           ...(job.isolation ? [["isolation", h(job.isolation)]] : []),
+          // The code snapshot it runs in (spec/code.md): its digest, cut as tables cut it.
+          ...(job.code ? [["code", `<code title="${h(job.code)}">${h(job.code.slice(0, 19))}</code>`]] : []),
           ...(job.cancelled_by ? [["cancelled by", h(job.cancelled_by)]] : []),
           ["daemon", daemon(job.worker, job.worker_name)], ["submitted", clock(job.submitted_at)],
           ["started", clock(job.started_at)], ["finished", clock(job.finished_at)],
