@@ -32,6 +32,7 @@ from lakeshore.model import (
     QueueKind,
     check_depth,
     check_max_lost,
+    check_resources,
     check_stop_grace,
     now,
 )
@@ -103,6 +104,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
                 isolation=spec.isolation,
                 max_lost=spec.max_lost,
                 code=spec.code,
+                resources=spec.resources,
             )
         )
         if len(payload) > MAX_PAYLOAD_BYTES:
@@ -142,6 +144,13 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
             f"{where}: isolation 'inline' is for functions (fn); a command always runs in "
             "a process of its own: leave isolation out"
         )
+    if spec.resources is not None:
+        check_resources(where, spec.resources)
+        if spec.resources.gpus and spec.fn is not None and spec.isolation is Isolation.INLINE:
+            raise Invalid(
+                f"{where}: isolation 'inline' runs on the daemon's own thread, which cannot "
+                "hold devices: leave isolation out to ask for GPUs (a worker process gets them)"
+            )
     if spec.code is not None and spec.fn is not None and spec.isolation is Isolation.INLINE:
         raise Invalid(
             f"{where}: isolation 'inline' runs on the daemon's own thread, which cannot take "
@@ -264,6 +273,8 @@ def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any
     }
     if spec.code is not None:
         detail["code"] = spec.code
+    if spec.resources is not None:
+        detail["resources"] = spec.resources
     if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
         detail["args"], detail["kwargs"] = spec.args, spec.kwargs
     if spec.env:

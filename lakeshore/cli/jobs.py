@@ -25,7 +25,16 @@ from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.cli.progress import Progress
 from lakeshore.cli.tracebacks import folded
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import Attempt, Cause, InvocationState, Job, JobDetail, JobList, Result
+from lakeshore.model import (
+    Attempt,
+    Cause,
+    InvocationState,
+    Job,
+    JobDetail,
+    JobList,
+    Resources,
+    Result,
+)
 from lakeshore.model.logs import LogAttempt, LogChunk, LogEnd
 from lakeshore.sdk import Client
 from lakeshore.sdk.invocation import RemoteError, failure, poll_result, stream_logs
@@ -113,9 +122,11 @@ def job_block(job: Job) -> str:
         del pairs["retried_by"]
     if pairs.get("stopping", "") is None:
         del pairs["stopping"]  # only while a stop runs
-    for key in ("isolation", "cancelled_by", "code"):  # a function's; a cancelled job's; …
+    for key in ("isolation", "cancelled_by", "code", "resources"):  # a function's; …
         if pairs.get(key, "") is None:
             del pairs[key]
+    if job.resources is not None:
+        pairs["resources"] = resources_text(job.resources)
     text = output.block(pairs.items())
     if attempts is None:
         return text
@@ -143,6 +154,16 @@ def job_block(job: Job) -> str:
         ),
     )
     return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
+
+
+def resources_text(r: Resources) -> str:
+    """``2 GPUs H100, 8 CPUs, 64G memory`` — a request as a line."""
+    gpus = f"{r.gpus} GPU{'s' if r.gpus != 1 else ''}" + (f" {r.gpu_type}" if r.gpu_type else "")
+    parts = [gpus] if r.gpus else []
+    parts.append(f"{r.cpus:g} CPU{'s' if r.cpus != 1 else ''}")
+    if r.memory:
+        parts.append(f"{r.memory} memory")
+    return ", ".join(parts)
 
 
 def short_digest(digest: str | None) -> str | None:

@@ -30,6 +30,8 @@ from lakeshore.model import (
     MAX_LOST,
     MAX_STOP_GRACE_S,
     InvocationSubmit,
+    Resources,
+    check_resources,
 )
 from lakeshore.sdk import Client
 from lakeshore.sdk.code import SHIPPER
@@ -126,6 +128,12 @@ def build(
 )
 @click.option("--idempotency-key", metavar="K", help="Submitting the same key again is a no-op.")
 @click.option(
+    "--gpus", type=click.IntRange(0), metavar="N", help="GPUs the run holds, its own (0-64)."
+)
+@click.option("--gpu-type", metavar="T", help="The GPUs' type, e.g. H100 (with --gpus).")
+@click.option("--cpus", type=float, metavar="C", help="CPUs the run holds (default 1).")
+@click.option("--memory", metavar="SIZE", help="Memory the run holds, with a unit: 16G, 512M.")
+@click.option(
     "--code",
     metavar="DIR",
     help="Ship DIR's files: the run has them first on sys.path and as its working "
@@ -133,15 +141,30 @@ def build(
 )
 @click.option("--wait", is_flag=True, help="Wait for the result, print it, exit 1 if it failed.")
 @click.argument("command", nargs=-1, metavar="[--] CMD [ARGS]...")
-def submit(wait: bool, queue: str, code: str | None, **flags: Any) -> None:
+def submit(
+    wait: bool,
+    queue: str,
+    code: str | None,
+    gpus: int | None,
+    gpu_type: str | None,
+    cpus: float | None,
+    memory: str | None,
+    **flags: Any,
+) -> None:
     """Submit a command or a function call to a queue.
 
     \b
       lakeshore submit --queue cpu-prep --wait -- echo hello
       lakeshore submit --queue cpu-prep --fn tasks:double --args '[21]'
       lakeshore submit --queue cpu-prep --code . --fn tasks:double --args '[21]'
+      lakeshore submit --queue training-h100 --gpus 2 --gpu-type H100 -- python train.py
     """
     spec = build(**flags)
+    asked = {"gpus": gpus, "gpu_type": gpu_type, "cpus": cpus, "memory": memory}
+    if given := {k: v for k, v in asked.items() if v is not None}:
+        resources = msgspec.convert(given, Resources)
+        check_resources("submit", resources)
+        spec = msgspec.structs.replace(spec, resources=resources)
     directory = None if code is None else directory_of(code)
     conf = settings()
     fmt = conf.output or "table"

@@ -102,6 +102,7 @@ from lakeshore.model.queues import (
     QueueStats,
     levels_of,
 )
+from lakeshore.model.resources import Resources, check_resources, memory_bytes
 from lakeshore.model.workers import (
     QUEUED,
     Member,
@@ -116,6 +117,9 @@ from lakeshore.model.workers import (
 )
 
 __all__ = [
+    "Resources",
+    "check_resources",
+    "memory_bytes",
     "DIGEST_PATTERN",
     "CodeInfo",
     "CodeList",

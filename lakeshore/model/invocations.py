@@ -17,6 +17,7 @@ from lakeshore.model.code import Digest
 from lakeshore.model.daemon import ClaimMark
 from lakeshore.model.names import DEFAULT_MAX_LOST, DEFAULT_STOP_GRACE_S, MAX_LABEL, MAX_TIMEOUT_S
 from lakeshore.model.redact import redacted_fields, redacted_repr
+from lakeshore.model.resources import Resources
 
 #: Largest batch one submit may carry.
 MAX_BATCH = 10_000
@@ -141,6 +142,9 @@ class InvocationSubmit(Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     #: first on the worker's ``sys.path`` and its working directory; ``None``: the
     #: daemon's own path (spec/code.md)
     code: Digest | None = None
+    #: what its run holds of its daemon's machine: GPUs, CPUs, memory (spec/resources.md);
+    #: ``None``: no GPU, 1 CPU, memory not tracked
+    resources: Resources | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -212,6 +216,8 @@ class Invocation(Struct, frozen=True, kw_only=True):
     max_lost: int = DEFAULT_MAX_LOST
     #: the code snapshot it runs in (spec/code.md); ``None``: the daemon's own path
     code: str | None = None
+    #: what its run holds of its daemon's machine (spec/resources.md)
+    resources: Resources | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields
@@ -373,6 +379,9 @@ class JobDetail(Job, frozen=True, kw_only=True):
     isolation: str | None = None
     #: the code snapshot it runs in (``sha256:…``; spec/code.md); ``None``: none shipped
     code: str | None = None
+    #: what its run holds of its daemon's machine (spec/resources.md); ``None``: nothing
+    #: asked beyond the defaults
+    resources: Resources | None = None
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

@@ -31,8 +31,10 @@ from lakeshore.model import (
     DEFAULT_STOP_GRACE_S,
     MAX_BATCH,
     InvocationSubmit,
+    Resources,
     SubmitAnswer,
     check_max_lost,
+    check_resources,
     check_stop_grace,
 )
 from lakeshore.sdk import sync
@@ -138,6 +140,10 @@ class Udf(Generic[P, R]):
         isolation: str = "process",
         max_lost: int = DEFAULT_MAX_LOST,
         code: str | os.PathLike[str] | None = None,
+        gpus: int = 0,
+        gpu_type: str | None = None,
+        cpus: float | None = None,
+        memory: str | None = None,
     ) -> None:
         self.fn = fn
         #: the directory shipped with each submit (``None``: :func:`configure`'s, if any)
@@ -154,11 +160,15 @@ class Udf(Generic[P, R]):
             "stop_grace_s": stop_grace_s,
             "isolation": isolation,
             "max_lost": max_lost,
+            "resources": _resources(gpus, gpu_type, cpus, memory),
         }
         try:
             self._options = msgspec.convert(options, InvocationSubmit)
-            check_stop_grace(f"invalid @udf option for {self.ref}", self._options.stop_grace_s)
-            check_max_lost(f"invalid @udf option for {self.ref}", self._options.max_lost)
+            where = f"invalid @udf option for {self.ref}"
+            check_stop_grace(where, self._options.stop_grace_s)
+            check_max_lost(where, self._options.max_lost)
+            if self._options.resources is not None:
+                check_resources(where, self._options.resources)
         except msgspec.ValidationError as e:
             raise ValueError(f"invalid @udf option for {self.ref}: {e}") from None
         except Invalid as e:
@@ -185,6 +195,7 @@ class Udf(Generic[P, R]):
             "isolation": self._options.isolation.value,
             "max_lost": self._options.max_lost,
             "code": self.code,
+            **_resource_options(self._options.resources),
         }
         unknown = set(changes) - set(current)
         if unknown:
@@ -274,6 +285,21 @@ class Udf(Generic[P, R]):
         return out
 
 
+def _resources(
+    gpus: int, gpu_type: str | None, cpus: float | None, memory: str | None
+) -> dict[str, Any] | None:
+    """The request the options make; ``None`` when they ask nothing beyond the defaults."""
+    given = {"gpus": gpus or None, "gpu_type": gpu_type, "cpus": cpus, "memory": memory}
+    asked = {k: v for k, v in given.items() if v is not None}
+    return asked or None
+
+
+def _resource_options(r: Resources | None) -> dict[str, Any]:
+    if r is None:
+        return {"gpus": 0, "gpu_type": None, "cpus": None, "memory": None}
+    return {"gpus": r.gpus, "gpu_type": r.gpu_type, "cpus": r.cpus, "memory": r.memory}
+
+
 def _handles(answer: SubmitAnswer) -> list[Invocation]:
     for warning in answer.warnings:
         log.warning("submit to queue %s: %s", answer.queue, warning)
@@ -304,6 +330,10 @@ def udf(
     isolation: str = "process",
     max_lost: int = DEFAULT_MAX_LOST,
     code: str | os.PathLike[str] | None = None,
+    gpus: int = 0,
+    gpu_type: str | None = None,
+    cpus: float | None = None,
+    memory: str | None = None,
 ) -> Callable[[Callable[P, R]], Udf[P, R]]: ...
 
 
@@ -320,6 +350,10 @@ def udf(
     isolation: str = "process",
     max_lost: int = DEFAULT_MAX_LOST,
     code: str | os.PathLike[str] | None = None,
+    gpus: int = 0,
+    gpu_type: str | None = None,
+    cpus: float | None = None,
+    memory: str | None = None,
 ) -> Any:
     """Make a module-level function submittable: ``@udf(queue="cpu-prep")`` (or ``@udf``).
 
@@ -348,6 +382,9 @@ def udf(
             each submit; the daemon runs the function with the directory's snapshot first
             on ``sys.path`` and as its working directory. ``None``: the directory
             :func:`~lakeshore.sdk.configure` named, else the daemon's own path.
+        gpus, gpu_type, cpus, memory: what each run holds of its daemon's machine
+            (spec/resources.md): GPUs (0–64) of a type (``"H100"``; ``None``: any), CPUs
+            (default 1) and memory with a unit (``"32G"``; ``None``: not tracked).
 
     Raises:
         TypeError: the function cannot be imported by name on a daemon (a lambda, a
@@ -368,6 +405,10 @@ def udf(
             isolation=isolation,
             max_lost=max_lost,
             code=code,
+            gpus=gpus,
+            gpu_type=gpu_type,
+            cpus=cpus,
+            memory=memory,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -52,7 +52,7 @@ from lakeshore.model import (
 from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.code import CodeService
 from lakeshore.services.pending import OrgRows, PendingTally
-from lakeshore.services.retries import retried
+from lakeshore.services.retries import resources_of, retried
 from lakeshore.services.waits import ResultWaits
 from lakeshore.store.port import JobReads, JobRecord
 
@@ -262,6 +262,8 @@ class JobService:
             job = msgspec.structs.replace(job, isolation=submitted.get("isolation") or "process")
         if submitted.get("code"):
             job = msgspec.structs.replace(job, code=submitted["code"])
+        if submitted.get("resources"):
+            job = msgspec.structs.replace(job, resources=resources_of(submitted))
         return _named(job, await self._worker_names(namespace, [job]))
 
     async def result(

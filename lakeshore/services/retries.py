@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from lakeshore.actors.admission import MAX_KEPT_BODY_BYTES
 from lakeshore.errors import Conflict, Invalid
 from lakeshore.model import (
@@ -19,6 +21,7 @@ from lakeshore.model import (
     InvocationSubmit,
     Isolation,
     Job,
+    Resources,
 )
 
 
@@ -58,7 +61,14 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
         isolation=Isolation(submitted.get("isolation") or Isolation.PROCESS),
         max_lost=submitted.get("max_lost", DEFAULT_MAX_LOST),
         code=submitted.get("code"),  # the same snapshot: the retry runs what failed
+        resources=resources_of(submitted),
     )  # fmt: skip
 
 
-__all__ = ["retried"]
+def resources_of(submitted: dict[str, Any]) -> Resources | None:
+    """The request a ``submitted`` event kept (``None``: none beyond the defaults)."""
+    kept = submitted.get("resources")
+    return None if not kept else msgspec.convert(kept, Resources)
+
+
+__all__ = ["resources_of", "retried"]

@@ -1,0 +1,125 @@
+"""Resource requests (spec/resources.md): what an invocation asks of its daemon's machine,
+from HTTP, the SDK and the CLI; bad requests refused at the edge naming the field and its
+range, nothing submitted; the job and its retry keep the request."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from clirunner import cli_for
+
+from lakeshore.bus import subjects
+from lakeshore.cli.exits import API_ERROR
+from lakeshore.model import Invocation, Resources, memory_bytes
+from lakeshore.sdk import Client, configure, sync
+from lakeshore.sdk.udf import udf
+
+NS = "default"
+BASE = f"/v1/namespaces/{NS}"
+
+
+async def _stored(js, queue: str) -> list[Invocation]:
+    stream = subjects.queue_stream(NS, queue)
+    info = await js.stream_info(stream)
+    if not info.state.messages:
+        return []
+    return [
+        msgspec.json.decode((await js.get_msg(stream, seq)).data, type=Invocation)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1)
+    ]
+
+
+def test_memory_takes_binary_units_and_needs_one() -> None:
+    assert memory_bytes("16G") == memory_bytes("16Gi") == memory_bytes("16GiB") == 16 * 1024**3
+    assert memory_bytes("512m") == 512 * 1024**2 and memory_bytes("1.5T") == int(1.5 * 1024**4)
+    for bad in ("16", "16X", "G", "-1G", ""):
+        with pytest.raises(Exception, match="must be a number and a unit"):
+            memory_bytes(bad)
+
+
+async def test_a_request_is_stored_shown_and_kept_by_a_retry(api, js) -> None:
+    assert (await api.post(f"{BASE}/queues", {"name": "gpu"}))[0] == 201
+    asked = {"gpus": 2, "gpu_type": "H100", "cpus": 8, "memory": "64G"}
+    status, body = await api.post(
+        f"{BASE}/queues/gpu/invocations", {"command": ["true"], "resources": asked}
+    )
+    assert status == 202, body
+    [job_id] = body["ids"]
+    [stored] = await _stored(js, "gpu")
+    assert stored.resources == Resources(gpus=2, gpu_type="H100", cpus=8, memory="64G")
+    job = (await api.get(f"{BASE}/jobs/{job_id}"))[1]
+    assert job["resources"] == asked
+    assert (await api.post(f"{BASE}/jobs/{job_id}/cancel"))[0] == 200
+    status, retry = await api.post(f"{BASE}/jobs/{job_id}/retry")
+    assert status == 202, retry
+    shown = (await api.get(f"{BASE}/jobs/{retry['id']}"))[1]
+    assert shown["resources"] == asked
+
+
+@pytest.mark.parametrize(
+    ("resources", "says"),
+    [
+        ({"gpus": -1}, "resources.gpus must be between 0 and 64 (got -1)"),
+        ({"gpus": 65}, "resources.gpus must be between 0 and 64 (got 65)"),
+        ({"gpus": "two"}, "$.resources.gpus"),
+        ({"cpus": 0}, "resources.cpus must be more than 0 and at most 1024 (got 0)"),
+        ({"cpus": 5000}, "resources.cpus must be more than 0 and at most 1024 (got 5000)"),
+        ({"memory": "16"}, "resources.memory '16' must be a number and a unit"),
+        ({"memory": "100T"}, "resources.memory must be more than 0 and at most 64T"),
+        ({"gpus": 1, "gpu_type": "H 100"}, "resources.gpu_type 'H 100' must be letters"),
+        ({"gpu_type": "H100"}, "set resources.gpus to 1 or more"),
+        ({"gpu": 1}, "unknown field `gpu`"),
+    ],
+)
+async def test_a_bad_request_is_400_naming_the_field_and_nothing_is_submitted(
+    api, js, resources, says
+) -> None:
+    await api.post(f"{BASE}/queues", {"name": "gpu"})
+    status, body = await api.post(
+        f"{BASE}/queues/gpu/invocations", {"command": ["true"], "resources": resources}
+    )
+    assert status == 400 and says in body["error"]["message"], body
+    assert await _stored(js, "gpu") == []
+
+
+async def test_an_inline_function_cannot_hold_gpus(api, js) -> None:
+    await api.post(f"{BASE}/queues", {"name": "gpu"})
+    spec = {"fn": "m:f", "isolation": "inline", "resources": {"gpus": 1}}
+    status, body = await api.post(f"{BASE}/queues/gpu/invocations", spec)
+    assert status == 400 and "cannot hold devices" in body["error"]["message"], body
+    spec["resources"] = {"cpus": 2}  # CPUs and memory are the daemon's to count
+    assert (await api.post(f"{BASE}/queues/gpu/invocations", spec))[0] == 202
+
+
+async def test_the_sdk_and_the_cli_send_a_request(control_plane, api, js, tmp_path, monkeypatch):
+    await api.post(f"{BASE}/queues", {"name": "gpu"})
+    configure(Client(control_plane.api, control_plane.admin_token))
+    try:
+        f = udf(_train, queue="gpu", gpus=1, gpu_type="H100", memory="32G")
+        await f.asubmit()
+        await f.options(gpus=4).asubmit()
+        await udf(_train, queue="gpu").asubmit()
+    finally:
+        configure()
+        sync.close()
+    with pytest.raises(ValueError, match="resources.gpus must be between 0 and 64"):
+        udf(_train, queue="gpu", gpus=100)
+    monkeypatch.chdir(tmp_path)
+    cli = cli_for(control_plane)
+    await cli("submit", "-q", "gpu", "--gpus", "2", "--cpus", "4", "--memory", "16G", "--", "true")
+    bad = await cli("submit", "-q", "gpu", "--memory", "16", "--", "true", expect=API_ERROR)
+    assert "resources.memory '16' must be a number and a unit" in bad.stderr
+    ids = [i.id for i in await _stored(js, "gpu")]
+    shown = await cli("jobs", "show", ids[3])
+    assert "resources:" in shown.stdout and "2 GPUs, 4 CPUs, 16G memory" in shown.stdout
+    stored = [i.resources for i in await _stored(js, "gpu")]
+    assert stored == [
+        Resources(gpus=1, gpu_type="H100", memory="32G"),
+        Resources(gpus=4, gpu_type="H100", memory="32G"),
+        None,
+        Resources(gpus=2, cpus=4, memory="16G"),
+    ]
+
+
+def _train() -> None:
+    return None
