@@ -27,8 +27,7 @@ from lakeshore.model import CodeInfo, CodeUse, now
 log = logging.getLogger(__name__)
 
 #: What a tar adds to its files' bytes, at most, per file (a header, a PAX header for long
-#: names, padding) and in all (the end blocks): an upload longer than the bound plus this
-#: is refused before it is read whole.
+#: names, padding) and in all (the end blocks): see :attr:`CodeService.max_upload`.
 TAR_OVERHEAD_PER_FILE = 3 * 512
 TAR_OVERHEAD = 20 * 512
 
@@ -48,8 +47,8 @@ class CodeService:
     max_bytes, max_files: the server's ``code_max_bytes`` and ``code_max_files``.
     replicas: JetStream replicas of each org's bucket.
     usage: how an org's jobs use its snapshots.
-    retention_s: a snapshot no unfinished job names is deleted this long after its last
-        use (its jobs' last event, else its upload).
+    retention_s: a snapshot no unfinished job and no queue names is deleted this long after
+        its last use (its jobs' last event, else its upload).
     """
 
     def __init__(
@@ -118,6 +117,7 @@ class CodeService:
                     continue
                 async with self._writes.setdefault((org, info.digest), asyncio.Lock()):
                     await bucket.delete(await self._bucket(org), info.digest)
+                self._writes.pop((org, info.digest), None)
                 self._known.get(org, set()).discard(info.digest)
                 deleted.append((org, info.digest))
         return deleted
@@ -138,14 +138,14 @@ class CodeService:
         size, files = snapshot.check(
             data, digest, max_bytes=self.max_bytes, max_files=self.max_files
         )
-        # One write per digest at a time: two uploads of one snapshot store it once.
+        # One write per digest at a time: two uploads of one snapshot store it once (the lock
+        # stays while the snapshot does: a later one is not let in beside a waiting one).
         async with self._writes.setdefault((org, digest), asyncio.Lock()):
             store = await self._bucket(org)
             info = await bucket.stored(store, digest)
             created = info is None
             if info is None:
                 info = await bucket.put(store, digest, data, size=size, files=files)
-        self._writes.pop((org, digest), None)
         self._known.setdefault(org, set()).add(digest)
         return info, created
 
