@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import nats.errors
 from aiohttp import web
 
@@ -51,7 +50,7 @@ from lakeshore.http.doors import Doors
 from lakeshore.http.metrics import scrape_app
 from lakeshore.http.standby import leading_middleware, standby_app
 from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
-from lakeshore.model import DEFAULT_QUEUE, CodeUse, ProviderKind, TokenCreated
+from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
 from lakeshore.providers.local import daemon_flags
 from lakeshore.providers.slurm import SlurmProvider
@@ -71,7 +70,7 @@ from lakeshore.security.replies import SteeredReplies
 from lakeshore.security.sessions import Sessions
 from lakeshore.services import FleetService, JobService, QueueService, Services
 from lakeshore.services.backup import BackupService
-from lakeshore.services.code import CodeService, Retention
+from lakeshore.services.code import CodeService, Retention, usage_in
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 from lakeshore.services.lost_runs import LostRuns
@@ -495,21 +494,12 @@ class ControlPlane:
             )
         )
 
-        async def code_use(org: str) -> dict[str, CodeUse]:
-            namespaces = [n.name for n in await gate.list_namespaces(org)]
-            use = await store.code_use(namespaces)
-            for q in await store.list_queues(namespaces):  # a queue's code is kept with it
-                if q.code is not None:
-                    had = use.get(q.code, CodeUse())
-                    use[q.code] = msgspec.structs.replace(had, queues=had.queues + 1)
-            return use
-
         code = CodeService(
             bus.nc.jetstream(timeout=CODE_API_TIMEOUT_S),
             max_bytes=settings.code_max_bytes,
             max_files=settings.code_max_files,
             replicas=settings.replicas,
-            usage=code_use,
+            usage=usage_in(store, gate),
             retention_s=settings.code_retention_days * 86400.0,
         )
         stack.push_async_callback(Retention(code, settings.code_prune_every_s).close)

@@ -20,11 +20,24 @@ import pytest_asyncio
 from natsauth import plane_nats
 
 from lakeshore.actors.workers import Beat, Register
+from lakeshore.bus import subjects
 from lakeshore.config import ServerSettings
-from lakeshore.model import Heartbeat, Worker, WorkerRegister, WorkerStatus, now
+from lakeshore.model import Heartbeat, Invocation, Worker, WorkerRegister, WorkerStatus, now
 from lakeshore.plane import ControlPlane
 
 _DEFAULT = object()
+
+
+async def stored_invocations(js: Any, namespace: str, queue: str) -> list[Invocation]:
+    """The invocations a queue's stream holds now, in their order (none: ``[]``)."""
+    stream = subjects.queue_stream(namespace, queue)
+    info = await js.stream_info(stream)
+    if not info.state.messages:
+        return []
+    return [
+        msgspec.json.decode((await js.get_msg(stream, seq)).data, type=Invocation)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1)
+    ]
 
 
 class Api:

@@ -129,17 +129,17 @@ class CodeCache:
 
     def _evict(self, keep: str) -> None:
         """Remove the least recently used entries until the cache is within its bound."""
-        entries = []
-        for used in self.root.glob("*.used"):
-            hexd = used.name.removesuffix(".used")
-            entry = self.root / hexd
-            if hexd == keep or not entry.is_dir():
-                continue
-            with contextlib.suppress(OSError):
-                entries.append((used.stat().st_mtime, hexd, _size(entry)))
-        total = _size_of_entries(self.root)
+        sizes = {p.name: _size(p) for p in self.root.iterdir() if p.is_dir() and "." not in p.name}
+        total = sum(sizes.values())
+        if total <= self._max_bytes:
+            return
+        used = []
+        for hexd, size in sizes.items():
+            if hexd != keep:
+                with contextlib.suppress(OSError):
+                    used.append(((self.root / f"{hexd}.used").stat().st_mtime, hexd, size))
         now = time.time()
-        for mtime, hexd, size in sorted(entries):
+        for mtime, hexd, size in sorted(used):
             if total <= self._max_bytes:
                 break
             if now - mtime < RECENT_S:
@@ -168,10 +168,6 @@ def _size(directory: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.stat(os.path.join(top, name)).st_size
     return total
-
-
-def _size_of_entries(root: Path) -> int:
-    return sum(_size(p) for p in root.iterdir() if p.is_dir() and "." not in p.name)
 
 
 def _touch(path: Path) -> None:

@@ -20,9 +20,17 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.object_store import ObjectStore
 
+from lakeshore.access import Access
 from lakeshore.code import bucket, snapshot
-from lakeshore.errors import Invalid, LakeshoreError, SnapshotNotFound, SnapshotTooLarge
+from lakeshore.errors import (
+    Invalid,
+    LakeshoreError,
+    SnapshotNotFound,
+    SnapshotTooLarge,
+    Unavailable,
+)
 from lakeshore.model import CodeInfo, CodeUse, now
+from lakeshore.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,37 @@ Usage = Callable[[str], Awaitable[dict[str, CodeUse]]]
 
 async def _no_usage(org: str) -> dict[str, CodeUse]:
     return {}
+
+
+def usage_in(store: Store, access: Access) -> Usage:
+    """How an org's jobs use its snapshots, and how many of its queues name each as their
+    code (a queue's code is kept as long as the queue names it)."""
+
+    async def usage(org: str) -> dict[str, CodeUse]:
+        namespaces = [n.name for n in await access.list_namespaces(org)]
+        use = await store.code_use(namespaces)
+        for q in await store.list_queues(namespaces):
+            if q.code is not None:
+                had = use.get(q.code, CodeUse())
+                use[q.code] = msgspec.structs.replace(had, queues=had.queues + 1)
+        return use
+
+    return usage
+
+
+async def require(code: CodeService | None, org: str, digests: set[str]) -> None:
+    """What a submit or a queue names must be stored in the org (:meth:`CodeService.require`)
+    — on a control plane that stores code at all.
+
+    Raises:
+        SnapshotNotFound: one is not stored.
+        Unavailable: no code is stored here.
+    """
+    if not digests:
+        return
+    if code is None:
+        raise Unavailable("this control plane stores no code: leave code out")
+    await code.require(org, digests)
 
 
 class CodeService:
@@ -226,4 +265,4 @@ class Retention:
             await self._task
 
 
-__all__ = ["CodeService", "Retention"]
+__all__ = ["CodeService", "Retention", "require", "usage_in"]

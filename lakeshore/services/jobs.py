@@ -51,6 +51,7 @@ from lakeshore.model import (
 )
 from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.code import CodeService
+from lakeshore.services.code import require as require_code
 from lakeshore.services.pending import OrgRows, PendingTally
 from lakeshore.services.retries import resources_of, retried
 from lakeshore.services.waits import ResultWaits
@@ -167,10 +168,8 @@ class JobService:
         ref = await self._directory.ask(Lookup(namespace, queue))
         org = await self._pending.reserve(namespace, len(invocations))
         try:
-            if digests := {spec.code for spec in invocations if spec.code is not None}:
-                if self._code is None:
-                    raise Unavailable("this control plane stores no code: leave code out")
-                await self._code.require(org, digests)
+            digests = {spec.code for spec in invocations if spec.code is not None}
+            await require_code(self._code, org, digests)
             admitted: asyncio.Future[SubmitAnswer] = await ref.ask(
                 Submit(invocations, actor, wait_s)
             )

@@ -18,7 +18,7 @@ from lakeshore.actors.directory import CreateQueue, EnsureDefault, Lookup, Remov
 from lakeshore.actors.queue import CountWaiting, GetQueue, PatchQueue, Transition
 from lakeshore.actors.workers import Members
 from lakeshore.bus.port import Bus, QueueCounts
-from lakeshore.errors import NamespaceNotFound, Unavailable
+from lakeshore.errors import NamespaceNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
     Member,
@@ -35,6 +35,7 @@ from lakeshore.model import (
     now,
 )
 from lakeshore.services.code import CodeService
+from lakeshore.services.code import require as require_code
 from lakeshore.store import Store
 from lakeshore.store.port import QueueActivity
 
@@ -82,12 +83,10 @@ class QueueService:
         """
         if digest is None:
             return
-        if self._code is None:
-            raise Unavailable("this control plane stores no code: leave code out")
         ns = await self._store.get_namespace(namespace)
         if ns is None:
             raise NamespaceNotFound(namespace)
-        await self._code.require(ns.org, {digest})
+        await require_code(self._code, ns.org, {digest})
 
     async def list(
         self,

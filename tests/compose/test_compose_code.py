@@ -7,13 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import msgspec
 from composing import plan_lines
+from support import stored_invocations
 
-from lakeshore.bus import subjects
 from lakeshore.cli.compose import CHANGES_PENDING
 from lakeshore.code import pack
-from lakeshore.model import Invocation
 
 NS = "default"
 BASE = f"/v1/namespaces/{NS}"
@@ -29,15 +27,6 @@ def _src(project: Path, factor: int) -> Path:
     src.mkdir(parents=True, exist_ok=True)
     (src / "tasks.py").write_text(f"def double(x):\n    return {factor} * x\n")
     return src
-
-
-async def _stored(js, queue: str) -> list[Invocation]:
-    stream = subjects.queue_stream(NS, queue)
-    info = await js.stream_info(stream)
-    return [
-        msgspec.json.decode((await js.get_msg(stream, seq)).data, type=Invocation)
-        for seq in range(info.state.first_seq, info.state.last_seq + 1)
-    ]
 
 
 async def test_up_ships_a_queues_code_and_its_invocations_run_in_it(
@@ -68,7 +57,12 @@ async def test_up_ships_a_queues_code_and_its_invocations_run_in_it(
     ]
     status, body = await api.post(f"{BASE}/queues/shipped/invocations", {"invocations": specs})
     assert status == 202, body
-    assert [i.code for i in await _stored(js, "shipped")] == [digest, digest, other.digest, None]
+    assert [i.code for i in await stored_invocations(js, NS, "shipped")] == [
+        digest,
+        digest,
+        other.digest,
+        None,
+    ]
     job = (await api.get(f"{BASE}/jobs/{body['ids'][0]}"))[1]
     assert job["code"] == digest
 

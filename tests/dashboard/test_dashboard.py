@@ -318,7 +318,9 @@ async def test_a_timed_out_job_shows_its_cause_and_the_state_filter_finds_it(
     await page.screenshot(path=screens / "jobs-timed-out.png", full_page=True)
 
 
-async def test_a_job_shows_its_code_snapshot_and_its_retry_keeps_it(page: Page, api, tmp_path):
+async def test_a_job_shows_its_code_snapshot_and_its_retry_keeps_it(
+    page: Page, api, tmp_path, screens: Path
+):
     (tmp_path / "tasks.py").write_text("def f():\n    return 1\n")
     snap = pack(tmp_path)
     assert (await api.request("PUT", f"{NS}/code/{snap.digest}", data=snap.data))[0] == 201
@@ -329,6 +331,7 @@ async def test_a_job_shows_its_code_snapshot_and_its_retry_keeps_it(page: Page, 
     await expect(page.locator("#job-state")).to_have_text("cancelled")
     shown = page.locator(f'code[title="{snap.digest}"]')
     await expect(shown).to_have_text(snap.digest[:19])
+    await page.screenshot(path=screens / "job-code.png", full_page=True)
     await page.get_by_role("button", name="retry").click()
     await expect(page).not_to_have_url(re.compile(f"#/job/{job}$"))
     new = page.url.rsplit("/", 1)[-1]

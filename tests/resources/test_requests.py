@@ -4,29 +4,17 @@ range, nothing submitted; the job and its retry keep the request."""
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 from clirunner import cli_for
+from support import stored_invocations
 
-from lakeshore.bus import subjects
 from lakeshore.cli.exits import API_ERROR
-from lakeshore.model import Invocation, Resources, memory_bytes
+from lakeshore.model import Resources, memory_bytes
 from lakeshore.sdk import Client, configure, sync
 from lakeshore.sdk.udf import udf
 
 NS = "default"
 BASE = f"/v1/namespaces/{NS}"
-
-
-async def _stored(js, queue: str) -> list[Invocation]:
-    stream = subjects.queue_stream(NS, queue)
-    info = await js.stream_info(stream)
-    if not info.state.messages:
-        return []
-    return [
-        msgspec.json.decode((await js.get_msg(stream, seq)).data, type=Invocation)
-        for seq in range(info.state.first_seq, info.state.last_seq + 1)
-    ]
 
 
 def test_memory_takes_binary_units_and_needs_one() -> None:
@@ -45,7 +33,7 @@ async def test_a_request_is_stored_shown_and_kept_by_a_retry(api, js) -> None:
     )
     assert status == 202, body
     [job_id] = body["ids"]
-    [stored] = await _stored(js, "gpu")
+    [stored] = await stored_invocations(js, NS, "gpu")
     assert stored.resources == Resources(gpus=2, gpu_type="H100", cpus=8, memory="64G")
     job = (await api.get(f"{BASE}/jobs/{job_id}"))[1]
     assert job["resources"] == asked
@@ -79,7 +67,7 @@ async def test_a_bad_request_is_400_naming_the_field_and_nothing_is_submitted(
         f"{BASE}/queues/gpu/invocations", {"command": ["true"], "resources": resources}
     )
     assert status == 400 and says in body["error"]["message"], body
-    assert await _stored(js, "gpu") == []
+    assert await stored_invocations(js, NS, "gpu") == []
 
 
 async def test_an_inline_function_cannot_hold_gpus(api, js) -> None:
@@ -109,10 +97,10 @@ async def test_the_sdk_and_the_cli_send_a_request(control_plane, api, js, tmp_pa
     await cli("submit", "-q", "gpu", "--gpus", "2", "--cpus", "4", "--memory", "16G", "--", "true")
     bad = await cli("submit", "-q", "gpu", "--memory", "16", "--", "true", expect=API_ERROR)
     assert "resources.memory '16' must be a number and a unit" in bad.stderr
-    ids = [i.id for i in await _stored(js, "gpu")]
+    ids = [i.id for i in await stored_invocations(js, NS, "gpu")]
     shown = await cli("jobs", "show", ids[3])
     assert "resources:" in shown.stdout and "2 GPUs, 4 CPUs, 16G memory" in shown.stdout
-    stored = [i.resources for i in await _stored(js, "gpu")]
+    stored = [i.resources for i in await stored_invocations(js, NS, "gpu")]
     assert stored == [
         Resources(gpus=1, gpu_type="H100", memory="32G"),
         Resources(gpus=4, gpu_type="H100", memory="32G"),
