@@ -6,8 +6,8 @@ while the membership lookup also accepts a literal ``default`` entry.
 
 Rows live in memory (every ask is answered without the store) and are written through:
 registration, membership, retirement, a lost or stopped worker — every change of state —
-at once, and so is a heartbeat that changes ``status`` or ``current``. A heartbeat that only
-proves the worker alive is not written: liveness is judged in memory, and the
+at once, and so is a heartbeat that changes ``status``, what it runs or what it has free. A
+heartbeat that only proves the worker alive is not written: liveness is judged in memory, and the
 ``last_heartbeat`` of every such worker is written in one statement at the first
 :class:`Sweep` ``persist_every_s`` after the previous one (and when the registry stops), so a
 thousand daemons cost one write per period instead of one per beat.
@@ -35,12 +35,14 @@ from lakeshore.actors.base import Actor, Later
 from lakeshore.errors import AlreadyExists, Invalid, LakeshoreError, WorkerNotFound
 from lakeshore.model import (
     DEFAULT_QUEUE,
+    Capacity,
     ClaimMark,
     Heartbeat,
     HeartbeatReply,
     StealGrant,
     Worker,
     WorkerRegister,
+    WorkerResources,
     WorkerStatus,
     is_queued,
     now,
@@ -360,6 +362,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             last_heartbeat=ts,
             started_at=existing.started_at if existing else ts,
             placement=existing.placement if existing else {},
+            resources=_fresh(reg.resources),
         )
         # Taken in memory now and answered once stored: the registrations of a fleet
         # starting at once reach the store together (one batch, not one write each).
@@ -401,7 +404,17 @@ class WorkerRegistry(Actor[WorkerMsg]):
         # The server's clock, not the daemon's (which may be minutes off): liveness and the
         # times shown are all the server's.
         heard = self._clock()
-        new = msgspec.structs.replace(worker, status=status, current=current, last_heartbeat=heard)
+        resources = worker.resources
+        if resources is not None and hb.free is not None:
+            resources = WorkerResources(total=resources.total, free=hb.free)
+        new = msgspec.structs.replace(
+            worker,
+            status=status,
+            current=current,
+            running=list(hb.current) if status is not WorkerStatus.STOPPED else [],
+            resources=resources,
+            last_heartbeat=heard,
+        )
         self._rows[worker.id] = new
         self._unsaved.add(worker.id)
         if status is WorkerStatus.STOPPED:
@@ -409,7 +422,11 @@ class WorkerRegistry(Actor[WorkerMsg]):
         ts = self._clock()
         steal = [g for g in self._leases.get(worker.id, ()) if g.until > ts]
         reply = HeartbeatReply(queues=new.queues, retire=worker.id in self._retiring, steal=steal)
-        if (new.status, new.current) == (worker.status, worker.current):
+        if (new.status, new.running, new.resources) == (
+            worker.status,
+            worker.running,
+            worker.resources,
+        ):
             return reply
         # Readers of the rows (``workers ls``) see a change of state once the daemon is
         # answered. Taken in memory now and answered once stored, like a registration: a
@@ -561,7 +578,7 @@ class WorkerRegistry(Actor[WorkerMsg]):
             return w
         self._retiring.discard(w.id)
         if clean:
-            new = msgspec.structs.replace(w, status=WorkerStatus.STOPPED, current=None)
+            new = msgspec.structs.replace(w, status=WorkerStatus.STOPPED, current=None, running=[])
         else:
             new = msgspec.structs.replace(w, status=WorkerStatus.LOST)
             detail = {"worker": w.id, "name": w.name, "current": w.current}
@@ -673,3 +690,8 @@ def new_worker_id() -> str:
 
 def _unique(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
+
+
+def _fresh(total: Capacity | None) -> WorkerResources | None:
+    """A registering daemon's resources: all of them free."""
+    return None if total is None else WorkerResources(total=total, free=total)

@@ -28,7 +28,7 @@ import msgspec
 from lakeshore.cli import exits
 from lakeshore.cli.options import key_value_pairs
 from lakeshore.errors import LakeshoreError, Unauthorized
-from lakeshore.model import DaemonAccess, validate_name
+from lakeshore.model import DaemonAccess, memory_bytes, validate_name
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
 
@@ -37,6 +37,28 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
         return [validate_name("queue", q) for q in value]
     except LakeshoreError as e:
         raise click.BadParameter(e.message, ctx, param) from None
+
+
+def _gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from lakeshore.daemon.inventory import parse_gpus
+
+    if value is not None:
+        try:
+            parse_gpus(value)
+        except LakeshoreError as e:
+            raise click.BadParameter(e.message, ctx, param) from None
+    return value
+
+
+def _memory(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            if memory_bytes(value) <= 0:
+                raise click.BadParameter(f"{value!r} must be more than 0", ctx, param)
+        except LakeshoreError as e:
+            why = e.message.replace("resources.memory ", "")
+            raise click.BadParameter(why, ctx, param) from None
+    return value
 
 
 @click.command("run")
@@ -148,6 +170,30 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
     show_default=True,
     help="Bound of the code cache; the least recently used snapshots go first.",
 )
+@click.option(
+    "--gpus",
+    callback=_gpus,
+    metavar="N|0,1|none",
+    default=None,
+    help="The GPUs runs may be given: the first N found, those indices, or none "
+    "[default: those nvidia-smi lists, within CUDA_VISIBLE_DEVICES]. On a host without "
+    "nvidia-smi, N or 0,1 declares the devices.",
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(0, 1024, min_open=True),
+    default=None,
+    help="CPUs the runs may hold together [default: detected (affinity, cgroup quota), "
+    "at least --concurrency].",
+)
+@click.option(
+    "--memory",
+    callback=_memory,
+    metavar="SIZE",
+    default=None,
+    help="Memory the runs may hold together, e.g. 64G [default: the cgroup limit, else "
+    "the host's].",
+)
 @click.option("--managed", is_flag=True, help="Launched and retired by the controller.")
 @click.option(
     "--log-level",
@@ -177,6 +223,9 @@ def run(
     log_max_bytes: int = 16 * 1024 * 1024,
     code_cache: str | None = None,
     code_cache_max_bytes: int = 10 * 1024**3,
+    gpus: str | None = None,
+    cpus: float | None = None,
+    memory: str | None = None,
 ) -> None:
     """Run a worker daemon: register, pull from its queues, run invocations.
 
@@ -206,6 +255,9 @@ def run(
             log_max_bytes=log_max_bytes,
             code_cache=Path(code_cache).expanduser().resolve() if code_cache else None,
             code_cache_max_bytes=code_cache_max_bytes,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
         )
         stop = asyncio.Event()
         # Neither the runs (commands: their environment; functions: this process's) nor

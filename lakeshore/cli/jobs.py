@@ -32,8 +32,8 @@ from lakeshore.model import (
     Job,
     JobDetail,
     JobList,
-    Resources,
     Result,
+    describe_request,
 )
 from lakeshore.model.logs import LogAttempt, LogChunk, LogEnd
 from lakeshore.sdk import Client
@@ -126,7 +126,7 @@ def job_block(job: Job) -> str:
         if pairs.get(key, "") is None:
             del pairs[key]
     if job.resources is not None:
-        pairs["resources"] = resources_text(job.resources)
+        pairs["resources"] = describe_request(job.resources)
     text = output.block(pairs.items())
     if attempts is None:
         return text
@@ -154,16 +154,6 @@ def job_block(job: Job) -> str:
         ),
     )
     return "\n".join([*lines, f"attempts: {len(attempts)}", _indent(table)])
-
-
-def resources_text(r: Resources) -> str:
-    """``2 GPUs H100, 8 CPUs, 64G memory`` — a request as a line."""
-    gpus = f"{r.gpus} GPU{'s' if r.gpus != 1 else ''}" + (f" {r.gpu_type}" if r.gpu_type else "")
-    parts = [gpus] if r.gpus else []
-    parts.append(f"{r.cpus:g} CPU{'s' if r.cpus != 1 else ''}")
-    if r.memory:
-        parts.append(f"{r.memory} memory")
-    return ", ".join(parts)
 
 
 def short_digest(digest: str | None) -> str | None:

@@ -26,6 +26,8 @@ from lakeshore.model import (
     Token,
     TokenCreated,
     Worker,
+    WorkerResources,
+    describe_capacity,
 )
 
 FORMATS = ("table", "json", "yaml")
@@ -215,12 +217,43 @@ def queue_deleted(body: dict[str, Any]) -> str:
 
 def workers(rows: list[Worker]) -> str:
     return table(
-        ("NAME", "ID", "STATUS", "QUEUES", "PROVIDER", "MANAGED", "CURRENT", "LAST_HEARTBEAT"),
         (
-            (w.name, w.id, w.status, w.queues, w.provider, w.managed, w.current, w.last_heartbeat)
+            "NAME",
+            "ID",
+            "STATUS",
+            "QUEUES",
+            "GPUS",
+            "PROVIDER",
+            "MANAGED",
+            "CURRENT",
+            "LAST_HEARTBEAT",
+        ),  # fmt: skip
+        (
+            (
+                w.name,
+                w.id,
+                w.status,
+                w.queues,
+                gpus_used(w),
+                w.provider,
+                w.managed,
+                w.current,
+                w.last_heartbeat,
+            )  # fmt: skip
             for w in rows
         ),
     )
+
+
+def gpus_used(w: Worker) -> str | None:
+    """``3/4 H100`` (in use / total, and their type); ``-`` without GPUs."""
+    if w.resources is None:
+        return None
+    total, free = w.resources.total.gpus, w.resources.free.gpus
+    if not total:
+        return "-"
+    kinds = sorted({g.name for g in total if g.name})
+    return f"{len(total) - len(free)}/{len(total)}" + (f" {'/'.join(kinds)}" if kinds else "")
 
 
 def worker(w: Worker) -> str:
@@ -230,7 +263,30 @@ def worker(w: Worker) -> str:
     if not w.queues:
         # The empty list is how the API spells the default queue; say so for people.
         pairs["queues"] = "[]  (the default queue)"
-    return block(pairs.items())
+    resources = pairs.pop("resources", None)
+    text = block(pairs.items())
+    if resources is not None:
+        text += "\n\n" + _resources(resources)
+    return text
+
+
+def _resources(r: WorkerResources) -> str:
+    """What the daemon has and has free, then one row per GPU (free or in use)."""
+    lines = [f"resources: {describe_capacity(r.total)}", f"free: {describe_capacity(r.free)}"]
+    if r.total.gpus:
+        free = {g.index for g in r.free.gpus}
+        rows = (
+            (
+                g.index,
+                g.name or "(declared)",
+                g.uuid or None,
+                None if g.memory_mib is None else f"{g.memory_mib} MiB",
+                "free" if g.index in free else "in use",
+            )  # fmt: skip
+            for g in r.total.gpus
+        )
+        lines.append(table(("GPU", "NAME", "UUID", "MEMORY", "STATE"), rows))
+    return "\n".join(lines)
 
 
 def namespaces(rows: list[Namespace]) -> str:

@@ -7,19 +7,33 @@ inside the loop, so the job table needs no locks.
 
 The loop claims as many invocations as there are free slots (a slot frees when its run
 ends; settling the claim goes on beside the next run); with nothing claimed it
-waits for a nudge, an order or a freed slot, at most ``idle_poll_s``. A nudge that finds
+waits for a nudge, an order or a freed slot, at most ``idle_poll_s`` (a random half to
+all of it, so that daemons do not poll in step). A nudge that finds
 nothing is checked once more after :data:`NUDGE_RECHECK_S`: JetStream acknowledges a
 publish before the consumer counts the message, so a pull at that moment answers "no
 messages" for work that is there (another daemon may also simply have taken it). Retiring stops the
 claiming, naks what was claimed but not started, and lets the running jobs finish within
 ``drain_timeout_s``; the ones still running then are interrupted (back to the queue).
+
+**Placement** (spec/resources.md). Each claim's request (``gpus``, ``gpu_type``, ``cpus``,
+``memory``; ``cpus 1`` when it names none) is taken from the daemon's :class:`~.ledger.Ledger`
+before its run starts, and given back when the run ends; the run's environment gets its
+devices (``CUDA_VISIBLE_DEVICES`` …). A claim that can never fit here is handed back for
+:data:`NOT_HERE_RETRY_S`. A claim that fits the daemon but not what is free now is **held**:
+its lease is renewed, nothing else is claimed, and it starts as soon as the runs ending
+free enough — so a large request is never overtaken for ever by smaller ones behind it: it
+waits at most for the longest of the runs that were running when it was claimed. Claims of
+the same batch after a held one are handed back at once (in their order, for another
+daemon or the next pull).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
+import random
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,13 +41,27 @@ from msgspec import Struct
 
 from lakeshore.daemon.claimer import Claim, Claimer
 from lakeshore.daemon.job import Job, JobContext, Stop
+from lakeshore.daemon.ledger import DEFAULT_REQUEST, Grant, Ledger
+from lakeshore.daemon.policies.lease import Lease
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import ClaimMark, WorkerStatus
+from lakeshore.model import (
+    Capacity,
+    ClaimMark,
+    Resources,
+    WorkerStatus,
+    describe_capacity,
+    describe_request,
+)
 
 log = logging.getLogger(__name__)
 
 #: After a nudge whose claim found nothing, look once more this soon (seconds).
 NUDGE_RECHECK_S = 0.02
+#: A claim that can never run here (it asks for more than the daemon has, or another GPU
+#: type) is handed back for a time drawn from this range (seconds), so daemons it fits take
+#: it meanwhile. Drawn: a fixed delay locks the redelivery to the phase of this daemon's
+#: own polls, and it would win the message back every time.
+NOT_HERE_RETRY_S = (1.0, 3.0)
 
 
 class Membership(Struct, frozen=True):
@@ -74,6 +102,19 @@ class Snapshot:
     current: list[str]
     #: the latest claim taken: one at or before it is in ``current`` while held
     claims: ClaimMark | None = None
+    #: what no run holds now
+    free: Capacity | None = None
+
+
+@dataclass(slots=True)
+class Held:
+    """A claim waiting for what it needs to be free (its lease renewed meanwhile)."""
+
+    claim: Claim
+    request: Resources
+    lease: Lease
+    #: when it was held (the loop's clock)
+    since: float
 
 
 class Dispatcher:
@@ -85,6 +126,7 @@ class Dispatcher:
         concurrency: run slots.
         idle_poll_s: longest wait without a nudge before scanning again (seconds).
         drain_timeout_s: how long running jobs may take once retiring (seconds).
+        ledger: what the daemon has, and what its runs hold.
     """
 
     def __init__(
@@ -95,8 +137,14 @@ class Dispatcher:
         concurrency: int,
         idle_poll_s: float,
         drain_timeout_s: float,
+        ledger: Ledger,
     ) -> None:
         self._claimer = claimer
+        self._ledger = ledger
+        #: what each running job holds, by the job's key
+        self._grants: dict[int, Grant] = {}
+        #: a claim whose request does not fit what is free now, waiting for it
+        self._held: Held | None = None
         self._ctx = ctx
         self._concurrency = concurrency
         self._idle_poll_s = idle_poll_s
@@ -128,12 +176,22 @@ class Dispatcher:
         if self._drain_deadline is not None:
             status = WorkerStatus.RETIRING
         else:
-            status = WorkerStatus.BUSY if self._jobs else WorkerStatus.IDLE
+            busy = self._jobs or self._held is not None
+            status = WorkerStatus.BUSY if busy else WorkerStatus.IDLE
         current = {j.id for j in self._jobs.values()} | self._claimer.in_hand()
-        return Snapshot(status=status, current=sorted(current), claims=self._claimer.latest())
+        if self._held is not None:
+            current.add(self._held.claim.invocation.id)
+        return Snapshot(
+            status=status,
+            current=sorted(current),
+            claims=self._claimer.latest(),
+            free=self._ledger.free(),
+        )
 
     def runs(self, invocation_id: str) -> bool:
-        """Whether a claim of ``invocation_id`` is running or settling here."""
+        """Whether a claim of ``invocation_id`` is running, settling or held here."""
+        if self._held is not None and self._held.claim.invocation.id == invocation_id:
+            return True
         return any(j.id == invocation_id for j in self._jobs.values())
 
     @property
@@ -152,6 +210,7 @@ class Dispatcher:
                 self._wake.clear()
                 await self._handle_inbox()
                 if self._drain_deadline is not None:
+                    await self._let_go_held("retiring")
                     if not self._jobs:
                         break
                     remaining = self._drain_deadline - loop.time()
@@ -162,6 +221,9 @@ class Dispatcher:
                 # A slot frees when its run ends: the result put and the ack of one claim
                 # overlap the next claim and run, which keeps one slot busy twice as long.
                 free = self._concurrency - sum(j.running for j in self._jobs.values())
+                await self._start_held(runs)
+                if self._held is not None:
+                    free = 0  # nothing smaller overtakes the held claim
                 recheck = False
                 if free > 0:
                     recheck, self._nudged = self._nudged, False
@@ -172,8 +234,7 @@ class Dispatcher:
                         await self._give_back(claims)
                         self._claimer.handed_over(claims)
                         continue
-                    for claim in claims:
-                        self._start(runs, claim)
+                    await self._place(runs, claims)
                     self._claimer.handed_over(claims)
                     if claims:
                         continue
@@ -182,7 +243,9 @@ class Dispatcher:
                 elif recheck:  # then claim once more; a new nudge would recheck again
                     await self._wait(NUDGE_RECHECK_S)
                 else:
-                    await self._wait(self._idle_poll_s)
+                    # Drawn, not fixed: daemons polling in step would hand a message one of
+                    # them gave back (not here) to the same one every time.
+                    await self._wait(self._idle_poll_s * random.uniform(0.5, 1.0))
         log.info("dispatcher stopped")
 
     async def handle(self, order: Order) -> None:
@@ -194,7 +257,9 @@ class Dispatcher:
                     log.warning("membership %s not applied yet: %s", queues, e)
             case Cancel(invocation_id=inv_id, by=by):
                 jobs = [j for j in self._jobs.values() if j.id == inv_id]
-                if not jobs:
+                if self._held is not None and self._held.claim.invocation.id == inv_id:
+                    await self._let_go_held("cancelled before it could start")
+                elif not jobs:
                     log.info("cancel of %s: not running here", inv_id)
                 for job in jobs:
                     job.stop(Stop.CANCEL, by=by)
@@ -217,17 +282,88 @@ class Dispatcher:
         while self._inbox:
             await self.handle(self._inbox.pop(0))
 
-    def _start(self, runs: asyncio.TaskGroup, claim: Claim) -> None:
-        job = Job(claim, self._ctx, on_ran=self._wake.set)
+    async def _place(self, runs: asyncio.TaskGroup, claims: list[Claim]) -> None:
+        """Start each claim whose request fits what is free; hold the first that does not
+        (it runs first once enough is free); hand back the rest (see the module's text)."""
+        for claim in claims:
+            request = claim.invocation.resources or DEFAULT_REQUEST
+            if not self._ledger.feasible(request):
+                await self._not_here(claim, request)
+            elif self._held is not None:
+                await self._hand_back(claim, 0.0, "a larger run waits here first")
+            elif (grant := self._ledger.take(request)) is not None:
+                self._start(runs, claim, grant)
+            else:
+                await self._hold(claim, request)
+
+    async def _hold(self, claim: Claim, request: Resources) -> None:
+        log.info(
+            "%s: needs %s; %s free: held until its run frees them, nothing else claimed",
+            claim.invocation.id, describe_request(request), describe_capacity(self._ledger.free()),
+        )  # fmt: skip
+        lease = Lease(
+            functools.partial(self._ctx.bus.in_progress, claim.msg),
+            claim.ack_wait_s,
+            claim.invocation.id,
+        )
+        await lease.__aenter__()
+        self._held = Held(claim, request, lease, asyncio.get_running_loop().time())
+
+    async def _start_held(self, runs: asyncio.TaskGroup) -> None:
+        """Start the held claim if what it needs is free now."""
+        held = self._held
+        if held is None or (grant := self._ledger.take(held.request)) is None:
+            return
+        self._held = None
+        await held.lease.__aexit__(None, None, None)
+        waited = asyncio.get_running_loop().time() - held.since
+        log.info("%s: starts after holding its claim %.1f s", held.claim.invocation.id, waited)
+        self._start(runs, held.claim, grant)
+
+    async def _let_go_held(self, why: str) -> None:
+        """Hand the held claim back (retiring, or cancelled while it waited)."""
+        held, self._held = self._held, None
+        if held is not None:
+            await held.lease.__aexit__(None, None, None)
+            await self._hand_back(held.claim, 0.0, why)
+
+    async def _not_here(self, claim: Claim, request: Resources) -> None:
+        why = (
+            f"needs {describe_request(request)}; this daemon has "
+            f"{describe_capacity(self._ledger.total)}"
+        )
+        await self._hand_back(claim, random.uniform(*NOT_HERE_RETRY_S), why)
+
+    async def _hand_back(self, claim: Claim, delay_s: float, why: str) -> None:
+        log.info("%s: handed back (%s)", claim.invocation.id, why)
+        try:
+            await self._ctx.bus.nak(claim.msg, delay_s)
+        except LakeshoreError as e:
+            log.warning(
+                "%s: not handed back (%s); redelivered after ack_wait", claim.invocation.id, e
+            )
+
+    def _start(self, runs: asyncio.TaskGroup, claim: Claim, grant: Grant) -> None:
+        key = next(self._serial)
+        job = Job(claim, self._ctx, on_ran=lambda: self._ran(key), devices=grant.env)
         if self._ctx.metrics is not None:
             self._ctx.metrics.claimed(claim.queue)
-        key = next(self._serial)
         self._jobs[key] = job
+        self._grants[key] = grant
         self._idle.clear()
         task = runs.create_task(job.run(), name=f"job {job.id}")
         task.add_done_callback(lambda _: self._finished(key))
 
+    def _ran(self, key: int) -> None:
+        """The run of job ``key`` is over (its claim may still be settling): what it held
+        is free again."""
+        grant = self._grants.pop(key, None)
+        if grant is not None:
+            self._ledger.give(grant)
+        self._wake.set()
+
     def _finished(self, key: int) -> None:
+        self._ran(key)
         self._jobs.pop(key, None)
         if not self._jobs:
             self._idle.set()

@@ -26,6 +26,7 @@ from lakeshore.daemon.credential import Credential
 from lakeshore.daemon.dispatcher import Dispatcher, Membership, Retire
 from lakeshore.errors import LakeshoreError
 from lakeshore.model import (
+    Capacity,
     ClaimMark,
     Heartbeat,
     HeartbeatReply,
@@ -96,7 +97,7 @@ class Heartbeater:
         """Send one heartbeat and apply its reply; ``None`` when nobody answered."""
         snap = self._dispatcher.snapshot()
         try:
-            reply = await self._send(snap.status, snap.current, snap.claims)
+            reply = await self._send(snap.status, snap.current, snap.claims, snap.free)
         except LakeshoreError as e:
             if not self._failing:
                 log.warning("heartbeat not answered: %s", e)
@@ -151,6 +152,7 @@ class Heartbeater:
         status: WorkerStatus,
         current: list[str],
         claims: ClaimMark | None = None,
+        free: Capacity | None = None,
     ) -> HeartbeatReply:
         hb = Heartbeat(
             worker_id=self.worker.id,
@@ -160,6 +162,7 @@ class Heartbeater:
             ts=now(),
             claims=claims,
             renew=self._credential.due(),
+            free=free,
         )
         return await self._bus.heartbeat(hb)
 

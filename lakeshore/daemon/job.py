@@ -39,7 +39,7 @@ import asyncio
 import functools
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -115,11 +115,19 @@ class Job:
         claim: the delivered invocation.
         ctx: what the daemon's jobs share.
         on_ran: called once the run is over, before the claim is settled (the dispatcher
-            then frees the run slot).
+            then frees the run slot and what the run held).
+        devices: the run's device variables (``CUDA_VISIBLE_DEVICES`` …: its grant's).
     """
 
-    def __init__(self, claim: Claim, ctx: JobContext, on_ran: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        claim: Claim,
+        ctx: JobContext,
+        on_ran: Callable[[], None],
+        devices: Mapping[str, str] | None = None,
+    ) -> None:
         self.claim = claim
+        self._devices = dict(devices or {})
         self.id = claim.invocation.id
         #: until the run is over (the claim may still be settling after that)
         self.running = True
@@ -210,7 +218,8 @@ class Job:
         self._emit(EventType.STARTED, started)
         log.info("%s: started", self._label)
         env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.number)} | _preempted(c)
-        run = self._ctx.runner.run(inv, capture, env=env, mark=f"{inv.id}.{self.run_id}")
+        mark = f"{inv.id}.{self.run_id}"
+        run = self._ctx.runner.run(inv, capture, env=env, mark=mark, devices=self._devices)
         self._run = asyncio.create_task(within(inv.timeout_s, run), name=self._label)
         if self._stop is not None:  # stopped while the run was being set up
             self._run.cancel()

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from lakeshore import __version__
 from lakeshore.bus.work import WorkBus
+from lakeshore.daemon import inventory
 from lakeshore.daemon.claimer import Claimer
 from lakeshore.daemon.code_cache import CodeCache
 from lakeshore.daemon.code_cache import default_dir as default_code_dir
@@ -25,13 +26,14 @@ from lakeshore.daemon.dispatcher import Cancel, Dispatcher, Membership, Retire, 
 from lakeshore.daemon.events import EventPublisher
 from lakeshore.daemon.heartbeat import Heartbeater, silence_after
 from lakeshore.daemon.job import JobContext
+from lakeshore.daemon.ledger import Ledger
 from lakeshore.daemon.metrics import DaemonMetrics, MeteredRunner, MetricsListener
 from lakeshore.daemon.refusal import RefusalWatch, TokenCheck
 from lakeshore.daemon.runlog import RunLogs
 from lakeshore.daemon.runner import Runner
 from lakeshore.daemon.settings import DaemonSettings
 from lakeshore.errors import Unavailable
-from lakeshore.model import DaemonControl, Worker, WorkerRegister
+from lakeshore.model import Capacity, DaemonControl, Worker, WorkerRegister, describe_capacity
 from lakeshore.security.credentials import org_of
 
 log = logging.getLogger(__name__)
@@ -105,6 +107,16 @@ async def _run(
     credential = Credential(settings.access)
     # With orphan_after_s, a control plane that never lets the daemon join is gone too.
     silent = silence_after(settings.orphan_after_s)
+    # Before connecting: a --gpus naming devices the host lacks fails at once.
+    capacity = await asyncio.to_thread(
+        inventory.detect,
+        environ,
+        gpus=settings.gpus,
+        cpus=settings.cpus,
+        memory=settings.memory,
+        at_least_cpus=settings.concurrency,
+    )
+    log.info("resources: %s", describe_capacity(capacity))
     bus = await _connect(settings, credential, stop, silent)
     if bus is None:
         return 0
@@ -119,6 +131,7 @@ async def _run(
             labels=settings.labels,
             provider=settings.provider,
             managed=settings.managed,
+            resources=capacity,
         )
         worker = await _register(bus, reg, stop, watch.decided, silent)
         if worker is None and silent.is_set():
@@ -186,6 +199,7 @@ async def _serve(
         concurrency=settings.concurrency,
         idle_poll_s=settings.idle_poll_s,
         drain_timeout_s=settings.drain_timeout_s,
+        ledger=Ledger(reg.resources or Capacity(), settings.labels),
     )
     heart = Heartbeater(
         bus, worker, reg, dispatcher, settings.heartbeat_s, credential,

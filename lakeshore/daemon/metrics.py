@@ -79,14 +79,20 @@ class MeteredRunner(Runner):
         self._metrics = metrics
 
     async def run(
-        self, inv: Invocation, capture: Capture, *, env: Mapping[str, str], mark: str
+        self,
+        inv: Invocation,
+        capture: Capture,
+        *,
+        env: Mapping[str, str],
+        mark: str,
+        devices: Mapping[str, str] | None = None,
     ) -> Outcome:
         m = self._metrics
         m.in_flight.inc()
         start = time.perf_counter()
         outcome = "stopped"  # cancelled: stopped, interrupted or timed out
         try:
-            result = await super().run(inv, capture, env=env, mark=mark)
+            result = await super().run(inv, capture, env=env, mark=mark, devices=devices)
             outcome = "succeeded" if result.ok else "failed"
             return result
         finally:

@@ -182,7 +182,13 @@ class Runner:
             await asyncio.to_thread(self._watchdog.close)
 
     async def run(
-        self, inv: Invocation, capture: Capture, *, env: Mapping[str, str], mark: str
+        self,
+        inv: Invocation,
+        capture: Capture,
+        *,
+        env: Mapping[str, str],
+        mark: str,
+        devices: Mapping[str, str] | None = None,
     ) -> Outcome:
         """Run ``inv`` to its end; cancel the awaiting task to stop it.
 
@@ -192,6 +198,8 @@ class Runner:
             env: what the run sees over the daemon's environment and the invocation's
                 ``env`` (the job's ``LAKESHORE_JOB_ID``, ``LAKESHORE_ATTEMPT``, …).
             mark: unique to this run: its processes carry it as ``LAKESHORE_RUN``.
+            devices: the run's device set (``CUDA_VISIBLE_DEVICES`` …), over the
+                invocation's ``env``: a function runs in a worker process started with it.
 
         Returns:
             The outcome; failures are outcomes, not exceptions.
@@ -204,14 +212,16 @@ class Runner:
                 why = f"code snapshot {inv.code} could not be fetched to this host: {e}"
                 return Outcome(ok=False, error=RemoteError(type=CODE_UNAVAILABLE, message=why))
             shipped = {CODE_VAR: inv.code, CODE_DIR_VAR: str(directory)}
+        devices = dict(devices or {})
         if inv.command:
-            env = {**self._base_env, **inv.env, **env, **shipped, **self._marks, RUN_MARK: mark}
+            env = {**self._base_env, **inv.env, **devices, **env, **shipped, **self._marks,
+                   RUN_MARK: mark}  # fmt: skip
             cwd = shipped.get(CODE_DIR_VAR)
             return await _command(inv.command, env, capture, inv.stop_grace_s, cwd=cwd)
         if inv.fn and inv.isolation is Isolation.INLINE:
             return await _in_thread(self._threads, lambda: _call(inv.fn, inv.args, inv.kwargs))
         if inv.fn:
-            return await self._function(inv, capture, env, mark, shipped)
+            return await self._function(inv, capture, env, mark, {**devices, **shipped})
         return Outcome(ok=False, error=remote_error(ValueError("neither fn nor command is set")))
 
     async def _code_directory(self, digest: str) -> Path:
@@ -230,7 +240,7 @@ class Runner:
         capture: Capture,
         env: Mapping[str, str],
         mark: str,
-        shipped: Mapping[str, str],
+        started_with: Mapping[str, str],
     ) -> Outcome:
         assert inv.fn is not None
         try:
@@ -238,8 +248,9 @@ class Runner:
                 inv.fn,
                 inv.args,
                 inv.kwargs,
-                # Workers are kept per environment: one of a snapshot runs only its runs.
-                env={**inv.env, **shipped},
+                # Workers are kept per environment: one of a snapshot runs only its runs,
+                # one started with a device set only the runs granted those devices.
+                env={**inv.env, **started_with},
                 run_env=env,
                 mark=mark,
                 grace_s=inv.stop_grace_s,

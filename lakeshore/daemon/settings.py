@@ -63,6 +63,15 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     code_cache_max_bytes: Annotated[int, Meta(ge=0)] = 10 * 1024**3
     """Bound of the code cache (the snapshots' files): least recently used out first."""
 
+    gpus: str | None = None
+    """``--gpus``: ``N`` (the first N found, or N declared on a host without ``nvidia-smi``),
+    indices ``0,1``, or ``none``; ``None``: those detected (:mod:`lakeshore.daemon.inventory`)."""
+    cpus: Annotated[float, Meta(gt=0, le=1024)] | None = None
+    """``--cpus``: the CPUs runs may hold together; ``None``: detected (affinity, cgroup quota)."""
+    memory: str | None = None
+    """``--memory`` (``64G``): the memory runs may hold together; ``None``: detected (cgroup
+    limit, else MemTotal)."""
+
     @property
     def namespace(self) -> str:
         """The namespace the daemon registers in (its credential's)."""

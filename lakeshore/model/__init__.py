@@ -102,7 +102,17 @@ from lakeshore.model.queues import (
     QueueStats,
     levels_of,
 )
-from lakeshore.model.resources import Resources, check_resources, memory_bytes
+from lakeshore.model.resources import (
+    Capacity,
+    Gpu,
+    Resources,
+    WorkerResources,
+    check_resources,
+    describe_capacity,
+    describe_request,
+    fits,
+    memory_bytes,
+)
 from lakeshore.model.workers import (
     QUEUED,
     Member,
@@ -117,8 +127,14 @@ from lakeshore.model.workers import (
 )
 
 __all__ = [
+    "Capacity",
+    "Gpu",
     "Resources",
+    "WorkerResources",
     "check_resources",
+    "describe_capacity",
+    "describe_request",
+    "fits",
     "memory_bytes",
     "DIGEST_PATTERN",
     "CodeInfo",

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from msgspec import Struct
 
+from lakeshore.model.resources import Capacity
 from lakeshore.model.workers import WorkerStatus
 
 
@@ -37,6 +38,8 @@ class Heartbeat(Struct, frozen=True, kw_only=True):
     claims: ClaimMark | None = None
     #: the daemon's NATS credential, sent when it is past half its life to get a new one
     renew: str | None = None
+    #: what is free of its resources now (``None``: it does not report resources)
+    free: Capacity | None = None
 
 
 class HeldAsk(Struct, frozen=True, kw_only=True):

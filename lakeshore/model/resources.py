@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Annotated
 
 from msgspec import Meta, Struct
@@ -89,3 +90,107 @@ def check_resources(what: str, r: Resources) -> None:
             raise Invalid(
                 f"{what}: resources.memory must be more than 0 and at most 64T (got {r.memory})"
             )
+
+
+class Gpu(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One GPU of a daemon's host, as ``nvidia-smi`` names it (or as ``--gpus`` declared it)."""
+
+    #: its index in PCI bus order (what ``CUDA_VISIBLE_DEVICES`` names with
+    #: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``)
+    index: int
+    #: ``GPU-…``; empty for a GPU declared by ``--gpus`` on a host without ``nvidia-smi``
+    uuid: str = ""
+    #: e.g. ``NVIDIA H100 80GB HBM3``; empty for a declared GPU
+    name: str = ""
+    #: its memory (MiB), as ``nvidia-smi`` reports ``memory.total``
+    memory_mib: int | None = None
+
+
+class Capacity(Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a daemon has (its total), or has free now."""
+
+    gpus: list[Gpu] = []
+    cpus: float = 1.0
+    #: bytes; ``None``: not known (requests' memory is then not checked)
+    memory: int | None = None
+
+
+class WorkerResources(Struct, frozen=True, kw_only=True):
+    """A worker row's resources: what its daemon has, and what is free now."""
+
+    total: Capacity
+    free: Capacity
+
+
+def gpu_type_matches(wanted: str, gpu: Gpu, labels: Mapping[str, str]) -> bool:
+    """Whether a request's ``gpu_type`` names ``gpu`` (docs/resources.md has the rule).
+
+    The daemon's ``gpu_type`` label, when set, is the type of all its GPUs (compared without
+    case). Otherwise the type must be whole words of the GPU's name, in order, words being
+    split at spaces, dashes and underscores and compared without case: ``H100`` and
+    ``h100 80gb`` match ``NVIDIA H100 80GB HBM3``; ``A100`` and ``A100-SXM4-80GB`` match
+    ``NVIDIA A100-SXM4-80GB``; ``H10`` matches neither.
+    """
+    label = labels.get("gpu_type")
+    if label is not None:
+        return label.casefold() == wanted.casefold()
+    name, want = _words(gpu.name), _words(wanted)
+    if not want:
+        return False
+    return any(name[i : i + len(want)] == want for i in range(len(name) - len(want) + 1))
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\s_-]+", text.casefold()) if w]
+
+
+def usable_gpus(r: Resources, gpus: list[Gpu], labels: Mapping[str, str]) -> list[Gpu]:
+    """The GPUs of ``gpus`` of the type ``r`` asks for (all of them when it names none)."""
+    if r.gpu_type is None:
+        return list(gpus)
+    return [g for g in gpus if gpu_type_matches(r.gpu_type, g, labels)]
+
+
+def fits(r: Resources, have: Capacity, labels: Mapping[str, str]) -> bool:
+    """Whether ``have`` (a total, or what is free) holds the request ``r``."""
+    if r.gpus > len(usable_gpus(r, have.gpus, labels)):
+        return False
+    if r.cpus > have.cpus + 1e-9:
+        return False
+    return r.memory is None or have.memory is None or memory_bytes(r.memory) <= have.memory
+
+
+def describe_request(r: Resources) -> str:
+    """``2 GPUs H100, 8 CPUs, 64G memory`` (what ``jobs show`` and the reasons print)."""
+    parts = []
+    if r.gpus:
+        gpus = f"{r.gpus} GPU{'s' if r.gpus != 1 else ''}"
+        parts.append(f"{gpus} {r.gpu_type}" if r.gpu_type else gpus)
+    parts.append(f"{r.cpus:g} CPU{'s' if r.cpus != 1 else ''}")
+    if r.memory is not None:
+        parts.append(f"{r.memory} memory")
+    return ", ".join(parts)
+
+
+def describe_capacity(c: Capacity) -> str:
+    """``4 GPUs NVIDIA H100 80GB HBM3, 32 CPUs, 251G memory``."""
+    parts = []
+    if c.gpus:
+        names = sorted({g.name for g in c.gpus if g.name})
+        gpus = f"{len(c.gpus)} GPU{'s' if len(c.gpus) != 1 else ''}"
+        parts.append(f"{gpus} {'/'.join(names)}" if names else gpus)
+    else:
+        parts.append("no GPU")
+    parts.append(f"{c.cpus:g} CPU{'s' if c.cpus != 1 else ''}")
+    if c.memory is not None:
+        parts.append(f"{human_bytes(c.memory)} memory")
+    return ", ".join(parts)
+
+
+def human_bytes(n: int) -> str:
+    """``17179869184`` → ``16G`` (the unit of requests; one decimal below 10)."""
+    for unit, size in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f}{unit}".replace(".0", "") if value < 10 else f"{value:.0f}{unit}"
+    return f"{n}B"

@@ -9,6 +9,7 @@ from typing import Annotated
 from msgspec import Meta, Struct
 
 from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES, Labels
+from lakeshore.model.resources import Capacity, WorkerResources
 
 #: The placement key of a daemon its provider still holds in a queue (a pending Slurm
 #: job), set to ``"true"``: the registry does not time its launch until it is gone.
@@ -65,6 +66,11 @@ class Worker(Struct, frozen=True, kw_only=True):
     #: ``"queued": "true"`` (:data:`QUEUED`): its provider still holds it in a queue, so its
     #: launch timeout has not started
     placement: dict[str, str] = {}
+    #: what its daemon has (detected at its start, or declared by ``--gpus/--cpus/--memory``)
+    #: and what is free now; ``None``: a daemon from before resources were reported
+    resources: WorkerResources | None = None
+    #: the invocations it runs now (``current`` is the first of them)
+    running: list[str] = []
 
 
 class WorkerEdited(Worker, frozen=True, kw_only=True):
@@ -99,6 +105,8 @@ class WorkerRegister(Struct, frozen=True, kw_only=True):
     labels: dict[str, str] = {}
     provider: str = "external"
     managed: bool = False
+    #: what the daemon has (its free resources are all of it at registration)
+    resources: Capacity | None = None
 
 
 def serves(worker: Worker, queue: str) -> bool:

@@ -22,7 +22,9 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 #: Columns stored as VARCHAR holding JSON, in whichever table they appear.
-JSON_COLUMNS = frozenset({"elasticity", "labels", "queues", "detail", "placement"})
+JSON_COLUMNS = frozenset(
+    {"elasticity", "labels", "queues", "detail", "placement", "resources", "running"}
+)
 
 #: The column order of a tuple given to ``Store.append_invocation_events``.
 INVOCATION_EVENT_COLUMNS = ("namespace", "queue", "invocation_id", "ts", "type", "attempt",

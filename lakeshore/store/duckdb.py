@@ -51,7 +51,8 @@ _TOKEN = ("id", "namespace", "description", "admin", "created_at")
 _QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_full",
           "elasticity", "created_at", "updated_at", "labels", "code")  # fmt: skip
 _WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
-           "current", "last_heartbeat", "started_at", "placement")  # fmt: skip
+           "current", "last_heartbeat", "started_at", "placement", "resources",
+           "running")  # fmt: skip
 _QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")
 
 _SELECT_NAMESPACE = _rows.select("namespaces", _NAMESPACE)

@@ -215,7 +215,12 @@ class InMemoryStore:
             if (row := self._workers.get(w.id)) is not None:
                 seen = None if w.last_heartbeat is None else _utc(w.last_heartbeat)
                 self._workers[w.id] = replace(
-                    row, status=w.status, current=w.current, last_heartbeat=seen
+                    row,
+                    status=w.status,
+                    current=w.current,
+                    running=list(w.running),
+                    resources=w.resources,
+                    last_heartbeat=seen,
                 )
 
     async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:

@@ -195,6 +195,14 @@ MIGRATIONS: list[Migration] = [
             "ALTER TABLE queues ADD COLUMN code VARCHAR",
         ],
     ),
+    (
+        10,
+        [
+            # What each daemon has and has free (spec/resources.md), and what it runs now.
+            "ALTER TABLE workers ADD COLUMN resources VARCHAR",
+            "ALTER TABLE workers ADD COLUMN running VARCHAR DEFAULT '[]'",
+        ],
+    ),
 ]
 
 

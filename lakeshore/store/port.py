@@ -120,7 +120,8 @@ class WorkerRows(Protocol):
     async def delete_worker(self, id: str) -> bool: ...
 
     async def update_liveness(self, workers: Sequence[Worker]) -> None:
-        """Overwrite ``status``, ``current`` and ``last_heartbeat`` of each worker (distinct
+        """Overwrite ``status``, ``current``, ``running``, ``resources`` and
+        ``last_heartbeat`` of each worker (distinct
         ids) in one write, keeping every other column; a worker without a row is skipped."""
 
     async def scrub_queue_from_workers(self, namespace: str, queue: str) -> list[Worker]:

@@ -64,6 +64,9 @@ def whoami() -> dict[str, object]:
         "job": os.environ.get("LAKESHORE_JOB_ID"),
         "attempt": os.environ.get("LAKESHORE_ATTEMPT"),
         "mark": "LAKESHORE_RUN" in os.environ,
+        "devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "order": os.environ.get("CUDA_DEVICE_ORDER"),
+        "uuids": os.environ.get("LAKESHORE_GPUS"),
     }
 
 

@@ -175,14 +175,16 @@ class DaemonPool:
         }
         return DaemonSettings(**{**values, **overrides})
 
-    async def start(self, name: str, **overrides: Any) -> InProcess:
+    async def start(
+        self, name: str, environ: dict[str, str] | None = None, **overrides: Any
+    ) -> InProcess:
         stop = asyncio.Event()
         ready: asyncio.Future[Running] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(
             run_daemon(
                 await self.settings(name, **overrides),
                 stop,
-                environ=os.environ,
+                environ=os.environ if environ is None else environ,
                 on_ready=ready.set_result,
             ),
             name=f"daemon {name}",
