@@ -52,6 +52,7 @@ from lakeshore.http.standby import leading_middleware, standby_app
 from lakeshore.metrics import PlaneMetrics, QueueGauges, QueueLabels
 from lakeshore.model import DEFAULT_QUEUE, ProviderKind, TokenCreated
 from lakeshore.providers import Backend, ExternalProvider, LocalProvider
+from lakeshore.providers.capacity import Demand
 from lakeshore.providers.local import daemon_flags
 from lakeshore.providers.slurm import SlurmProvider
 from lakeshore.providers.ssh import SshProvider
@@ -478,6 +479,7 @@ class ControlPlane:
                 launcher=launcher,
                 settings=controller_settings(settings),
                 metrics=metrics.controller,
+                demand=Demand(store),
             )
         )
         runtime.every(settings.tick_s, controller, Tick())

@@ -83,7 +83,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
     for i, spec in enumerate(specs):
         await pause(i)
         where = f"invocation {i}" if len(specs) > 1 else "the invocation"
-        spec = with_queue_code(row, spec)
+        spec = with_queue_defaults(row, with_queue_code(row, spec))
         _check(row, spec, where)
         inv_id = ids[i]
         payload = codec.encode(
@@ -126,6 +126,13 @@ def with_queue_code(row: Queue, spec: InvocationSubmit) -> InvocationSubmit:
     if spec.fn is not None and spec.isolation is Isolation.INLINE:
         return spec
     return msgspec.structs.replace(spec, code=row.code)
+
+
+def with_queue_defaults(row: Queue, spec: InvocationSubmit) -> InvocationSubmit:
+    """``spec`` with its queue's default resources when it names none of its own."""
+    if spec.resources is not None or row.defaults is None or row.defaults.resources is None:
+        return spec
+    return msgspec.structs.replace(spec, resources=row.defaults.resources)
 
 
 def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:

@@ -26,6 +26,7 @@ from collections import Counter
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from msgspec import Struct
 
 from lakeshore.actors.applier import Applier, read_loads
@@ -58,10 +59,12 @@ from lakeshore.model import (
     Worker,
     now,
 )
+from lakeshore.model.resources import DaemonGpus
 from lakeshore.store.port import ControllerStore
 
 if TYPE_CHECKING:
     from lakeshore.metrics import ControllerMetrics
+    from lakeshore.providers.capacity import Demand
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +118,10 @@ class ControllerActor(Actor[ControllerMsg]):
         launcher: ActorRef[Any],
         settings: ControllerSettings,
         metrics: ControllerMetrics | None = None,
+        demand: Demand | None = None,
     ) -> None:
         self._store, self._bus, self._workers = store, bus, workers
+        self._demand = demand
         self._metrics = metrics
         self._apply = Applier(store=store, workers=workers, launcher=launcher)
         self._settings = settings
@@ -151,6 +156,30 @@ class ControllerActor(Actor[ControllerMsg]):
                     self._units, self._queues.get((ns, queue)), self._loads.get((ns, queue))
                 )
 
+    async def _gpu_work(
+        self, queues: list[Queue], loads: dict[QueueKey, QueueLoad]
+    ) -> tuple[dict[QueueKey, QueueLoad], dict[tuple[str, str], DaemonGpus]]:
+        """The loads with what the pending work of each elastic queue asks of GPUs, and
+        what each daemon of those queues' providers brings (read only for queues with work
+        pending: most ticks read nothing more)."""
+        gpus: dict[tuple[str, str], DaemonGpus] = {}
+        if self._demand is None:
+            return loads, gpus
+        out = dict(loads)
+        for q in queues:
+            key = (q.namespace, q.name)
+            load = loads.get(key)
+            if load is None or not load.pending or q.elasticity.kind is ElasticityKind.FIXED:
+                continue
+            asks = await self._demand.asks(q.namespace, q.name)
+            if not asks:
+                continue
+            out[key] = msgspec.structs.replace(load, gpu_asks=asks)
+            provider = (q.namespace, q.elasticity.provider)
+            if provider not in gpus:
+                gpus[provider] = await self._demand.per_daemon(*provider)
+        return out, gpus
+
     async def _tick(self) -> int:
         """One tick; answers how many decisions were applied."""
         at = now()
@@ -158,6 +187,7 @@ class ControllerActor(Actor[ControllerMsg]):
             queues = await self._store.all_queues()
             rows: list[Worker] = await self._workers.ask(ListWorkers())
             loads = await read_loads(self._bus, _needing_load(queues, rows), at)
+            loads, gpus = await self._gpu_work(queues, loads)
         except LakeshoreError as e:
             if not self._skipping:
                 log.warning("controller ticks skipped until their inputs can be read: %s", e)
@@ -177,6 +207,7 @@ class ControllerActor(Actor[ControllerMsg]):
             workers=seen.workers,
             loads=loads,
             launching=seen.launching,
+            daemon_gpus=gpus,
             leases=dict(self._tracker.leases),
             idle_since=seen.idle_since,
         )

@@ -189,6 +189,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
             updated_at=ts,
             labels=dict(body.labels),
             code=body.code,
+            defaults=body.defaults,
         )
         return await self._add(row, actor)
 

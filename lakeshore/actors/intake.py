@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
 
+from lakeshore import fit
 from lakeshore.actors import admission
+from lakeshore.actors.admission import Prepared
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S, resolve_keys
 from lakeshore.actors.waiting import Waiting, WaitingRoom
@@ -119,7 +121,7 @@ class Intake:
             return self._room.park(waiting)  # behind the submits already waiting
         # Asked of the registry while the work is published (the answer does not depend
         # on it): the registry's turn then costs the submit nothing.
-        warned = asyncio.ensure_future(self._warnings(row))
+        warned = asyncio.ensure_future(self._warnings(row, items))
         warned.add_done_callback(mark_retrieved)  # unawaited when the submit fails first
         try:
             todo = [i for i, p in enumerate(waiting.published) if p is None]
@@ -203,7 +205,7 @@ class Intake:
             ids=[p.id for p in items],
             queue=row.name,
             namespace=self._ns,
-            warnings=await (warned if warned is not None else self._warnings(row)),
+            warnings=await (warned if warned is not None else self._warnings(row, items)),
             duplicates=[
                 p.id for p, pub in zip(items, published, strict=True) if pub and pub.duplicate
             ],
@@ -236,16 +238,26 @@ class Intake:
         for batch in admission.event_batches(events):
             await self._bus.publish_events(self._ns, self._queue, batch)
 
-    async def _warnings(self, row: Queue) -> list[str]:
+    async def _warnings(self, row: Queue, items: Sequence[Prepared]) -> list[str]:
         if row.elasticity.kind is not ElasticityKind.FIXED:
             return []
         members = await self._workers.ask(Members(self._ns, row.name))
-        if any(w.status is not WorkerStatus.LOST for w in members):
-            return []
-        return [
-            f"no_members: queue {row.name!r} has no daemons and its elasticity is fixed; "
-            f"the work waits until one joins (lakeshore daemon launch --queue {row.name})"
-        ]
+        if not any(w.status is not WorkerStatus.LOST for w in members):
+            return [
+                f"no_members: queue {row.name!r} has no daemons and its elasticity is fixed; "
+                f"the work waits until one joins (lakeshore daemon launch --queue {row.name})"
+            ]
+        out = []
+        asked = (i.spec.resources for i in items)
+        for r in dict.fromkeys(r for r in asked if fit.asks_for_something(r)):
+            assert r is not None
+            if (why := fit.infeasible(r, members)) is not None:
+                out.append(
+                    f"{why}; no daemon of queue {row.name!r} could ever run it, and its "
+                    f"elasticity is fixed: it waits until one that can joins "
+                    f"(lakeshore daemon run --queue {row.name} on such a host)"
+                )
+        return out
 
     async def cancel_all_pending(self, actor: str | None) -> int:
         """Record every invocation still pending as ``cancelled`` (reason ``queue_deleted``)

@@ -45,12 +45,13 @@ from lakeshore.model import (
     ProviderPatch,
     Worker,
     WorkerStatus,
+    check_daemon_resources,
     check_depth,
     daemon_names,
     now,
     validate_name,
 )
-from lakeshore.providers import Backend, ExitCallback, PlacedCallback, find_provider
+from lakeshore.providers import Backend, ExitCallback, PlacedCallback, capacity, find_provider
 from lakeshore.quotas import DEFAULT_QUOTAS, Quotas
 from lakeshore.store.port import LauncherStore
 
@@ -150,6 +151,8 @@ class Launcher(Actor[LauncherMsg]):
         names = daemon_names(req.name, req.count)
         queues = launch_queues(req.queues)
         check_labels(req.labels)
+        if req.resources is not None:
+            check_daemon_resources(req.resources)
         ns = await self._store.get_namespace(ns_name)
         if ns is None:
             raise NamespaceNotFound(ns_name)
@@ -167,11 +170,12 @@ class Launcher(Actor[LauncherMsg]):
                 name=name,
                 namespace=ns_name,
                 queues=queues,
-                labels=dict(req.labels),
+                labels=_with_gpu_type(req.labels, provider),
                 provider=provider.name,
                 managed=msg.managed,
                 status=WorkerStatus.STARTING,
                 started_at=ts,
+                launched_with=req.resources or capacity.launched_with(provider),
             )
             for name in names
         ]
@@ -319,3 +323,11 @@ def placement_reporter(workers: ActorRef[Any]) -> PlacedCallback:
         workers.tell(Placed(worker.namespace, worker.id, dict(placement)))
 
     return report
+
+
+def _with_gpu_type(labels: dict[str, str], provider: Provider) -> dict[str, str]:
+    """A launch's labels, with its provider's ``gpu_type`` unless the launch names one."""
+    kind = capacity.daemon_gpus(provider).gpu_type
+    if kind is None or "gpu_type" in labels:
+        return dict(labels)
+    return {**labels, "gpu_type": kind}

@@ -237,6 +237,8 @@ class QueueActor(Actor[QueueMsg]):
             changes["labels"] = dict(patch.labels)
         if patch.code is not UNSET:
             changes["code"] = patch.code
+        if patch.defaults is not UNSET:
+            changes["defaults"] = patch.defaults
         if patch.elasticity is not UNSET:
             changes["elasticity"] = elasticity.merge(old.elasticity, patch.elasticity)
             # A max set before the ceiling was lowered may stay; it may not be raised.

@@ -14,11 +14,19 @@ import click
 
 from lakeshore.cli import output, watch
 from lakeshore.cli.context import LakeshoreGroup, run, settings
-from lakeshore.cli.options import key_value_pairs
+from lakeshore.cli.options import gpus_flag, key_value_pairs, memory_flag
 from lakeshore.cli.params import QUEUE_NAME
 from lakeshore.cli.progress import Progress
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import DEFAULT_QUEUE, MAX_LAUNCH, DaemonLaunch, Launched, Worker, WorkerStatus
+from lakeshore.model import (
+    DEFAULT_QUEUE,
+    MAX_LAUNCH,
+    DaemonLaunch,
+    DaemonResources,
+    Launched,
+    Worker,
+    WorkerStatus,
+)
 from lakeshore.sdk import Client
 
 _LAZY = ("run",)
@@ -126,6 +134,26 @@ _TIMEOUT = click.option(
 @click.option("--count", type=click.IntRange(1, MAX_LAUNCH), default=1, show_default=True)
 @click.option("--name", required=True, help="NAME for one daemon, NAME-00 … for several.")
 @click.option("--label", "labels", multiple=True, callback=key_value_pairs, metavar="K=V")
+@click.option(
+    "--gpus",
+    callback=gpus_flag,
+    metavar="N|0,1|none",
+    default=None,
+    help="The GPUs each daemon may give its runs (daemon run --gpus) [default: detected].",
+)
+@click.option(
+    "--cpus",
+    type=click.FloatRange(0, 1024, min_open=True),
+    default=None,
+    help="CPUs each daemon's runs may hold together [default: detected].",
+)
+@click.option(
+    "--memory",
+    callback=memory_flag,
+    metavar="SIZE",
+    default=None,
+    help="Memory each daemon's runs may hold together, e.g. 64G [default: detected].",
+)
 @click.option("--wait", is_flag=True, help="Return once every daemon has registered.")
 @_TIMEOUT
 def launch(
@@ -136,15 +164,20 @@ def launch(
     labels: dict[str, str],
     wait: bool,
     timeout_s: float,
+    gpus: str | None = None,
+    cpus: float | None = None,
+    memory: str | None = None,
 ) -> None:
     """Launch daemons on a provider.
 
     Without --queue they pull from the default queue. With --wait, progress goes to
     stderr and the command fails (exit 1) if a daemon is lost or the timeout passes.
     """
+    given = DaemonResources(gpus=gpus, cpus=cpus, memory=memory)
     body = DaemonLaunch(
-        name=name, provider=provider, queues=list(queues), count=count, labels=labels
-    )
+        name=name, provider=provider, queues=list(queues), count=count, labels=labels,
+        resources=given if given != DaemonResources() else None,
+    )  # fmt: skip
     if not wait:
         run(lambda c: c.daemons_launch(body), _launched)
         return

@@ -26,9 +26,9 @@ import click
 import msgspec
 
 from lakeshore.cli import exits
-from lakeshore.cli.options import key_value_pairs
+from lakeshore.cli.options import gpus_flag, key_value_pairs, memory_flag
 from lakeshore.errors import LakeshoreError, Unauthorized
-from lakeshore.model import DaemonAccess, memory_bytes, validate_name
+from lakeshore.model import DaemonAccess, validate_name
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
 
@@ -37,28 +37,6 @@ def _queue(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -
         return [validate_name("queue", q) for q in value]
     except LakeshoreError as e:
         raise click.BadParameter(e.message, ctx, param) from None
-
-
-def _gpus(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from lakeshore.daemon.inventory import parse_gpus
-
-    if value is not None:
-        try:
-            parse_gpus(value)
-        except LakeshoreError as e:
-            raise click.BadParameter(e.message, ctx, param) from None
-    return value
-
-
-def _memory(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            if memory_bytes(value) <= 0:
-                raise click.BadParameter(f"{value!r} must be more than 0", ctx, param)
-        except LakeshoreError as e:
-            why = e.message.replace("resources.memory ", "")
-            raise click.BadParameter(why, ctx, param) from None
-    return value
 
 
 @click.command("run")
@@ -172,7 +150,7 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 )
 @click.option(
     "--gpus",
-    callback=_gpus,
+    callback=gpus_flag,
     metavar="N|0,1|none",
     default=None,
     help="The GPUs runs may be given: the first N found, those indices, or none "
@@ -188,7 +166,7 @@ def _memory(ctx: click.Context, param: click.Parameter, value: str | None) -> st
 )
 @click.option(
     "--memory",
-    callback=_memory,
+    callback=memory_flag,
     metavar="SIZE",
     default=None,
     help="Memory the runs may hold together, e.g. 64G [default: the cgroup limit, else "

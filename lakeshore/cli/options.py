@@ -1,5 +1,6 @@
 """Option values that several commands parse alike: repeatable ``KEY=VALUE`` pairs
-(``--label``, ``--env``) and provider settings (``--config``)."""
+(``--label``, ``--env``), provider settings (``--config``) and what a daemon is told it has
+(``--gpus``, ``--memory``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import click
+
+from lakeshore.errors import LakeshoreError
+from lakeshore.model import memory_bytes
+from lakeshore.model.resources import parse_gpus
 
 
 def key_values(
@@ -103,3 +108,25 @@ def key_value_pairs(
 
 
 __all__ = ["config_value", "key_value_pairs", "key_values", "settings"]
+
+
+def gpus_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--gpus``: refused before anything starts when it is not N, indices or none."""
+    if value is not None:
+        try:
+            parse_gpus(value)
+        except LakeshoreError as e:
+            raise click.BadParameter(e.message, ctx, param) from None
+    return value
+
+
+def memory_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--memory``: refused before anything starts without a unit."""
+    if value is not None:
+        try:
+            if memory_bytes(value) <= 0:
+                raise click.BadParameter(f"{value!r} must be more than 0", ctx, param)
+        except LakeshoreError as e:
+            why = e.message.replace("resources.memory ", "")
+            raise click.BadParameter(why, ctx, param) from None
+    return value

@@ -216,18 +216,10 @@ def queue_deleted(body: dict[str, Any]) -> str:
 
 
 def workers(rows: list[Worker]) -> str:
+    columns = ("NAME", "ID", "STATUS", "QUEUES", "GPUS", "PROVIDER", "MANAGED", "CURRENT",
+               "LAST_HEARTBEAT")  # fmt: skip
     return table(
-        (
-            "NAME",
-            "ID",
-            "STATUS",
-            "QUEUES",
-            "GPUS",
-            "PROVIDER",
-            "MANAGED",
-            "CURRENT",
-            "LAST_HEARTBEAT",
-        ),  # fmt: skip
+        columns,
         (
             (
                 w.name,
@@ -263,30 +255,32 @@ def worker(w: Worker) -> str:
     if not w.queues:
         # The empty list is how the API spells the default queue; say so for people.
         pairs["queues"] = "[]  (the default queue)"
-    resources = pairs.pop("resources", None)
-    text = block(pairs.items())
+    if pairs.get("launched_with") is None:
+        pairs.pop("launched_with", None)
+    resources: WorkerResources | None = pairs.pop("resources", None)
     if resources is not None:
-        text += "\n\n" + _resources(resources)
+        pairs["resources"] = describe_capacity(resources.total)
+        pairs["free"] = describe_capacity(resources.free)
+    text = block(pairs.items())
+    if resources is not None and resources.total.gpus:
+        text += "\n\n" + _gpu_rows(resources)
     return text
 
 
-def _resources(r: WorkerResources) -> str:
-    """What the daemon has and has free, then one row per GPU (free or in use)."""
-    lines = [f"resources: {describe_capacity(r.total)}", f"free: {describe_capacity(r.free)}"]
-    if r.total.gpus:
-        free = {g.index for g in r.free.gpus}
-        rows = (
-            (
-                g.index,
-                g.name or "(declared)",
-                g.uuid or None,
-                None if g.memory_mib is None else f"{g.memory_mib} MiB",
-                "free" if g.index in free else "in use",
-            )  # fmt: skip
-            for g in r.total.gpus
-        )
-        lines.append(table(("GPU", "NAME", "UUID", "MEMORY", "STATE"), rows))
-    return "\n".join(lines)
+def _gpu_rows(r: WorkerResources) -> str:
+    """One row per GPU of the daemon, free or in use."""
+    free = {g.index for g in r.free.gpus}
+    rows = (
+        (
+            g.index,
+            g.name or "(declared)",
+            g.uuid or None,
+            None if g.memory_mib is None else f"{g.memory_mib} MiB",
+            "free" if g.index in free else "in use",
+        )  # fmt: skip
+        for g in r.total.gpus
+    )
+    return table(("GPU", "NAME", "UUID", "MEMORY", "STATE"), rows)
 
 
 def namespaces(rows: list[Namespace]) -> str:

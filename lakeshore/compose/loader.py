@@ -35,7 +35,14 @@ from lakeshore.compose.spec import (
     desired_elasticity,
 )
 from lakeshore.errors import Invalid, InvalidName
-from lakeshore.model import BUILTIN_PROVIDER, DEFAULT_QUEUE, NAME_MAX, ProviderKind, validate_name
+from lakeshore.model import (
+    BUILTIN_PROVIDER,
+    DEFAULT_QUEUE,
+    NAME_MAX,
+    ProviderKind,
+    check_resources,
+    validate_name,
+)
 from lakeshore.providers.slurm_config import parse_config as parse_slurm_config
 from lakeshore.providers.ssh_config import parse_config as parse_ssh_config
 
@@ -294,6 +301,11 @@ class _Checker:
                 field = re.search(r"\$\.elasticity\.(\w+)", e.message)
                 at = (*where, field.group(1)) if field else where
                 self.problem(at, f"queue {name}: {e.message.replace('$.elasticity.', '')}")
+            if spec.defaults is not None and spec.defaults.resources is not None:
+                try:
+                    check_resources(f"queue {name}: defaults", spec.defaults.resources)
+                except Invalid as e:
+                    self.problem((*path, name, "defaults", "resources"), e.message)
 
     def daemons(self, specs: dict[str, DaemonSpec], path: Path) -> None:
         stems: dict[str, str] = {}

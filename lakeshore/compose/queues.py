@@ -34,7 +34,7 @@ from lakeshore.model import (
     QueueState,
 )
 
-_QUEUE_FIELDS = ("description", "max_depth", "on_full")
+_QUEUE_FIELDS = ("description", "max_depth", "on_full", "defaults")
 
 
 def queue_changes(
@@ -68,6 +68,7 @@ def queue_changes(
                 elasticity=msgspec.to_builtins(elasticity),
                 labels=labels,
                 code=shipped.digest if shipped else None,
+                defaults=want.defaults,
             )
             changes.append(
                 Change(

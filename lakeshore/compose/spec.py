@@ -22,6 +22,7 @@ from lakeshore.model import (
     Elasticity,
     OnFull,
     ProviderKind,
+    QueueDefaults,
     QueueKind,
 )
 from lakeshore.model.names import MAX_ENTRIES, Depth, Labels, Name, Text
@@ -83,6 +84,10 @@ class QueueSpec(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
             "a directory (relative to the file) its invocations run in when they name no "
             "code of their own: shipped as a snapshot by `compose up`; null: none"
         ),
+    ] = None
+    defaults: Annotated[
+        QueueDefaults | None,
+        _doc("what its invocations get when they name none: resources {gpus, gpu_type, …}"),
     ] = None
 
 

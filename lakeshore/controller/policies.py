@@ -24,10 +24,20 @@ Open points of the spec, decided here:
 from __future__ import annotations
 
 from lakeshore.controller.snapshot import QueueLoad
-from lakeshore.model import ElasticityKind, Queue, QueueState
+from lakeshore.model import ElasticityKind, Queue, QueueState, Resources
+from lakeshore.model.resources import DaemonGpus
+
+#: A provider whose daemons bring no GPU.
+NO_GPUS = DaemonGpus()
 
 
-def desired(queue: Queue, load: QueueLoad, managed_count: int, hand_count: int) -> tuple[int, str]:
+def desired(
+    queue: Queue,
+    load: QueueLoad,
+    managed_count: int,
+    hand_count: int,
+    gpus: DaemonGpus = NO_GPUS,
+) -> tuple[int, str]:
     """The managed daemons ``queue`` wants now, by its state and then its policy.
 
     No ``now`` parameter: ``load.oldest_pending_age_s`` is already the age at the
@@ -38,6 +48,7 @@ def desired(queue: Queue, load: QueueLoad, managed_count: int, hand_count: int) 
         load: its backlog.
         managed_count: managed daemons it has up, launches in flight included.
         hand_count: hand-launched daemons serving it (``burst``'s baseline).
+        gpus: the GPUs each daemon its provider launches brings (:func:`sized`).
 
     Returns:
         ``(desired, reason)``: desired ≥ 0 managed daemons, and one line saying why.
@@ -47,7 +58,7 @@ def desired(queue: Queue, load: QueueLoad, managed_count: int, hand_count: int) 
         return 0, "archived: wants 0 managed daemons"
     if state is QueueState.PAUSED:
         return managed_count, f"paused: holds its {managed_count} managed daemons"
-    want, why = _by_policy(queue, load, managed_count, hand_count)
+    want, why = _by_policy(queue, load, managed_count, hand_count, gpus)
     if state is QueueState.DRAINING:
         if load.pending == 0 and load.running == 0:
             return 0, "draining and empty: wants 0 managed daemons"
@@ -73,29 +84,64 @@ def idle_wait_s(queue: Queue, load: QueueLoad) -> float | None:
     return queue.elasticity.scale_down_idle_s
 
 
-def _by_policy(queue: Queue, load: QueueLoad, managed: int, hand: int) -> tuple[int, str]:
+def sized(queue: Queue, load: QueueLoad, gpus: DaemonGpus) -> tuple[int, str]:
+    """The daemons the queue's work sizes for, and how.
+
+    Without GPU requests: ``ceil((pending + running) / target_pending)``. With some, the
+    larger of that count over the rest of the work and the daemons their GPUs need at
+    ``gpus.count`` per daemon, ``ceil(sum of GPUs asked / gpus.count)``; requests no daemon
+    of the provider could ever hold (more GPUs, another type) count for nothing: launching
+    for them would not run them.
+    """
+    e = queue.elasticity
+    asking = sum(n for _, _, n in load.gpu_asks)
+    if not asking:
+        n = -(-(load.pending + load.running) // e.target_pending)
+        return n, (
+            f"pending {load.pending} + running {load.running} at target_pending "
+            f"{e.target_pending} → {n}"
+        )
+    fit = [(g, n) for g, t, n in load.gpu_asks if gpus.fits(Resources(gpus=g, gpu_type=t))]
+    held = sum(n for _, n in fit)
+    need = sum(g * n for g, n in fit)
+    by_gpus = -(-need // gpus.count) if need else 0
+    rest = max(0, load.pending - asking) + load.running
+    by_count = -(-rest // e.target_pending)
+    n = max(by_count, by_gpus)
+    unfit = (
+        f"; {asking - held} that no daemon of {e.provider} ({gpus.count} GPUs"
+        f"{' ' + gpus.gpu_type if gpus.gpu_type else ''}) could hold"
+        if held < asking
+        else ""
+    )
+    return n, (
+        f"pending {load.pending} ({asking} asking GPUs: {need} GPUs at {gpus.count} per daemon"
+        f" → {by_gpus}{unfit}) + running {load.running}: {rest} at target_pending "
+        f"{e.target_pending} → {by_count}; → {n}"
+    )
+
+
+def _by_policy(
+    queue: Queue, load: QueueLoad, managed: int, hand: int, gpus: DaemonGpus
+) -> tuple[int, str]:
     e = queue.elasticity
     work = load.pending + load.running
-    sized = -(-work // e.target_pending)
-    sizing = (
-        f"pending {load.pending} + running {load.running} at target_pending "
-        f"{e.target_pending} → {sized}"
-    )
+    sized_n, sizing = sized(queue, load, gpus)
     if e.kind is ElasticityKind.FIXED:
         return 0, "fixed: the controller launches and retires nothing"
     if e.kind is ElasticityKind.ELASTIC:
         # The validator already enforces min ≥ 1; a row written before it must not let
         # an elastic queue reach zero.
-        return _clamped(sized, max(e.min, 1), e.max, sizing)
+        return _clamped(sized_n, max(e.min, 1), e.max, sizing)
     if e.kind is ElasticityKind.FULLY_ELASTIC:
-        return _clamped(sized, e.min, e.max, sizing)
+        return _clamped(sized_n, e.min, e.max, sizing)
     age = load.oldest_pending_age_s
     triggered = age is not None and age >= e.burst_after_s
     if not triggered and not (managed > 0 and work > 0):
         waited = "nothing pending" if age is None else f"oldest pending {age:g}s"
         return 0, f"burst: {waited} < burst_after_s {e.burst_after_s:g}s → 0"
     start = "bursting" if triggered else "still bursting"
-    return _clamped(sized - hand, e.min, e.max, f"{start}: {sizing} - {hand} by hand")
+    return _clamped(sized_n - hand, e.min, e.max, f"{start}: {sizing} - {hand} by hand")
 
 
 def _clamped(n: int, lo: int, hi: int, why: str) -> tuple[int, str]:

@@ -79,7 +79,7 @@ class Planner:
         up = fleet.up.get(unit, [])
         flying = snap.launching.get((ns, q.name), 0)
         hand, lent = fleet.hand[ns, q.name], self._lent[ns, q.name]
-        want, why = desired(q, load, len(up) + flying, hand)
+        want, why = desired(q, load, len(up) + flying, hand, snap.gpus_of(q))
         n = min(max(0, want - len(up) - flying - lent), self._settings.max_surge)
         retire = self._idle_surplus(up, len(up) + flying - want, idle_wait_s(q, load))
         reason = f"{why}; {verdict(len(up), flying, lent, n, len(retire))}"
@@ -111,7 +111,9 @@ class Planner:
         whys: dict[str, str] = {}
         for m in members:
             managed = own[m.name] + flying[m.name]
-            asks[m.name], whys[m.name] = desired(m, loads[m.name], managed, fleet.hand[ns, m.name])
+            asks[m.name], whys[m.name] = desired(
+                m, loads[m.name], managed, fleet.hand[ns, m.name], snap.gpus_of(m)
+            )
         weights = {m.name: m.elasticity.cost_weight for m in members}
         shares = fair_shares(cap, asks, weights)
         assigned, free = attribute(

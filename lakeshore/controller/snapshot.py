@@ -24,6 +24,7 @@ from typing import Annotated
 from msgspec import Meta, Struct
 
 from lakeshore.model import Queue, Worker
+from lakeshore.model.resources import DaemonGpus
 
 #: Label naming the queue a managed daemon was launched for.
 QUEUE_LABEL = "lakeshore.io/queue"
@@ -45,6 +46,9 @@ class QueueLoad(Struct, frozen=True, kw_only=True):
     running: int = 0
     #: seconds the oldest pending invocation has waited at ``now``; None: nothing pending
     oldest_pending_age_s: float | None = None
+    #: what its pending invocations ask of GPUs: ``(gpus, gpu_type, how many)`` for each
+    #: request of at least one (from the history: it may trail ``pending`` a moment)
+    gpu_asks: tuple[tuple[int, str | None, int], ...] = ()
 
 
 class Lease(Struct, frozen=True, kw_only=True):
@@ -70,6 +74,8 @@ class Snapshot(Struct, frozen=True, kw_only=True):
     workers: list[Worker]
     #: backlog per queue; a queue without an entry has an empty backlog
     loads: dict[QueueKey, QueueLoad] = {}
+    #: the GPUs each daemon of a provider brings, by ``(namespace, provider)`` (absent: none)
+    daemon_gpus: dict[tuple[str, str], DaemonGpus] = {}
     #: launches requested whose worker row does not exist yet, per ``(namespace, queue)``
     #: the launch was for (a pool launch counts under its member queue). They count as
     #: up, so the same backlog is never launched twice across ticks.
@@ -81,6 +87,10 @@ class Snapshot(Struct, frozen=True, kw_only=True):
     #: An idle worker without an entry is treated as idle since ``now``: it is not
     #: retired for idleness until the actor has watched it idle for the full period.
     idle_since: dict[str, datetime] = {}
+
+    def gpus_of(self, queue: Queue) -> DaemonGpus:
+        """The GPUs each daemon the queue's provider launches brings."""
+        return self.daemon_gpus.get((queue.namespace, queue.elasticity.provider), DaemonGpus())
 
     def load(self, namespace: str, queue: str) -> QueueLoad:
         """The backlog of a queue (empty when the snapshot has none)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from lakeshore.errors import Invalid
 from lakeshore.model import Capacity, Gpu, memory_bytes
-from lakeshore.model.resources import MAX_CPUS, MAX_GPUS
+from lakeshore.model.resources import MAX_CPUS, parse_gpus
 
 log = logging.getLogger(__name__)
 
@@ -77,32 +77,6 @@ def detect(
         cpus=cpus if cpus is not None else max(detect_cpus(cgroup), float(at_least_cpus)),
         memory=memory_bytes(memory) if memory is not None else detect_memory(cgroup),
     )
-
-
-def parse_gpus(value: str) -> int | list[int]:
-    """``--gpus``: ``4`` → 4 (a count), ``0,2`` → ``[0, 2]`` (indices), ``none`` → ``[]``.
-
-    Raises:
-        Invalid: anything else.
-    """
-    text = value.strip().lower()
-    if text in ("none", ""):
-        return []
-    try:
-        if "," not in text:
-            n = int(text)
-            if not 0 <= n <= MAX_GPUS:
-                raise ValueError
-            return n if n else []
-        indices = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise Invalid(
-            f"--gpus {value!r}: give a count (4), device indices (0,1) or none; "
-            f"a count is 0 to {MAX_GPUS}"
-        ) from None
-    if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
-        raise Invalid(f"--gpus {value!r}: indices must be distinct and 0 or more")
-    return sorted(indices)
 
 
 def choose_gpus(found: list[Gpu], spec: int | list[int] | None) -> list[Gpu]:

@@ -38,12 +38,16 @@ class _Row:
     oldest_age_s: float | None = None
     live: int = 0
     busy: int = 0
+    gpus: int = 0
+    gpus_used: int = 0
 
     def add(self, other: _Row) -> None:
         self.pending += other.pending
         self.running += other.running
         self.live += other.live
         self.busy += other.busy
+        self.gpus += other.gpus
+        self.gpus_used += other.gpus_used
         if other.oldest_age_s is not None:
             self.oldest_age_s = max(self.oldest_age_s or 0.0, other.oldest_age_s)
 
@@ -98,6 +102,9 @@ class QueueGauges(Collector):
                     if row is not None:
                         row.live += 1
                         row.busy += w.status is WorkerStatus.BUSY
+                        if (r := w.resources) is not None:
+                            row.gpus += len(r.total.gpus)
+                            row.gpus_used += len(r.total.gpus) - len(r.free.gpus)
             self._snapshot = snap
 
     def collect(self) -> Iterator[Metric]:
@@ -124,12 +131,24 @@ class QueueGauges(Collector):
                 "(0: no members).",
                 labels=labels,
             ),
+            "gpus": GaugeMetricFamily(
+                "lakeshore_queue_gpus",
+                "GPUs of the live member daemons (a daemon of two queues counts in both).",
+                labels=labels,
+            ),
+            "gpus_used": GaugeMetricFamily(
+                "lakeshore_queue_gpus_used",
+                "GPUs of the live member daemons held by a run now.",
+                labels=labels,
+            ),
         }
         for values, row in self._capped(snap.queues).items():
             families["pending"].add_metric(values, row.pending)
             families["running"].add_metric(values, row.running)
             families["age"].add_metric(values, row.oldest_age_s or 0.0)
             families["util"].add_metric(values, _utilization(row))
+            families["gpus"].add_metric(values, row.gpus)
+            families["gpus_used"].add_metric(values, row.gpus_used)
         yield from families.values()
         daemons = GaugeMetricFamily(
             "lakeshore_daemons", "Daemon rows by status.", labels=["namespace", "status"]

@@ -93,6 +93,7 @@ from lakeshore.model.queues import (
     OnFull,
     Queue,
     QueueCreate,
+    QueueDefaults,
     QueueDetail,
     QueueEvent,
     QueueKind,
@@ -104,9 +105,11 @@ from lakeshore.model.queues import (
 )
 from lakeshore.model.resources import (
     Capacity,
+    DaemonResources,
     Gpu,
     Resources,
     WorkerResources,
+    check_daemon_resources,
     check_resources,
     describe_capacity,
     describe_request,
@@ -128,6 +131,8 @@ from lakeshore.model.workers import (
 
 __all__ = [
     "Capacity",
+    "DaemonResources",
+    "check_daemon_resources",
     "Gpu",
     "Resources",
     "WorkerResources",
@@ -203,6 +208,7 @@ __all__ = [
     "OnFull",
     "Queue",
     "QueueCreate",
+    "QueueDefaults",
     "QueueDetail",
     "QueueEvent",
     "QueueKind",

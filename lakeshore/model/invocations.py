@@ -345,7 +345,8 @@ class Job(Struct, frozen=True, kw_only=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     #: pending only: no_members, all_members_busy, scaling_up, pool_at_max, steal_delay,
-    #: draining, archived, queued
+    #: draining, archived, queued; for a request of resources no_daemon_fits or
+    #: waiting_for_resources, each followed by ``: `` and the numbers
     pending_reason: str | None = None
     #: pending only: how many pending invocations of the queue are ahead of this one
     position: int | None = None
@@ -359,6 +360,9 @@ class Job(Struct, frozen=True, kw_only=True):
     batch: str | None = None
     #: the job this one is a retry of (``jobs retry``)
     retry_of: str | None = None
+    #: what its run holds of its daemon's machine (spec/resources.md); ``None``: nothing
+    #: asked beyond the defaults
+    resources: Resources | None = None
 
 
 class JobDetail(Job, frozen=True, kw_only=True):
@@ -379,9 +383,6 @@ class JobDetail(Job, frozen=True, kw_only=True):
     isolation: str | None = None
     #: the code snapshot it runs in (``sha256:…``; spec/code.md); ``None``: none shipped
     code: str | None = None
-    #: what its run holds of its daemon's machine (spec/resources.md); ``None``: nothing
-    #: asked beyond the defaults
-    resources: Resources | None = None
 
 
 class BatchTally(Struct, frozen=True, kw_only=True):

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from lakeshore.model.names import MAX_ENTRIES, Labels, validate_name
+from lakeshore.model.resources import DaemonResources
 from lakeshore.model.workers import Worker
 
 #: The provider every namespace has without creating it (not stored, cannot be deleted).
@@ -70,6 +71,8 @@ class DaemonLaunch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     #: the daemon's name (one daemon) or its names' stem (``<name>-00`` …)
     name: str
     labels: Labels = {}
+    #: what each daemon is told it has, over what it detects (``--gpus/--cpus/--memory``)
+    resources: DaemonResources | None = None
 
 
 class Launched(Struct, frozen=True, kw_only=True):

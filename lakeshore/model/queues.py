@@ -20,6 +20,7 @@ from lakeshore.model.names import (
     Name,
     Text,
 )
+from lakeshore.model.resources import Resources
 from lakeshore.model.workers import Member
 
 #: A fleet size (``elasticity.min`` / ``max``).
@@ -95,6 +96,15 @@ class Elasticity(Struct, frozen=True, kw_only=True):
     cost_weight: Annotated[float, Meta(gt=0, le=MAX_COST_WEIGHT)] = 1.0
 
 
+class QueueDefaults(
+    Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """What a queue's invocations get when they name none of their own."""
+
+    #: the resources each run holds (an invocation's own ``resources`` replace them whole)
+    resources: Resources | None = None
+
+
 class Queue(Struct, frozen=True, kw_only=True):
     """A queue row."""
 
@@ -114,6 +124,8 @@ class Queue(Struct, frozen=True, kw_only=True):
     #: the code snapshot (``sha256:…``) its invocations run in when they name none
     #: (spec/code.md; a compose file's ``code:``); ``None``: the daemon's own path
     code: str | None = None
+    #: what its invocations get when they name none (``resources``: spec/resources.md)
+    defaults: QueueDefaults | None = None
 
 
 class QueuePage(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -192,6 +204,8 @@ class QueueCreate(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True)
     labels: Labels = {}
     #: the code snapshot its invocations run in when they name none (uploaded first)
     code: Digest | None = None
+    #: what its invocations get when they name none
+    defaults: QueueDefaults | None = None
 
 
 class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -204,6 +218,8 @@ class QueuePatch(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     labels: Labels | UnsetType = UNSET
     #: the code snapshot its invocations run in when they name none; ``null``: none
     code: Digest | None | UnsetType = UNSET
+    #: replaces what its invocations get when they name none; ``null``: nothing
+    defaults: QueueDefaults | None | UnsetType = UNSET
     #: present only to answer a clear 400: a queue's kind is immutable
     kind: Any = UNSET
     name: Any = UNSET

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from msgspec import Meta, Struct
 
@@ -58,6 +58,32 @@ def memory_bytes(value: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
+def parse_gpus(value: str) -> int | list[int]:
+    """``--gpus``: ``4`` → 4 (a count), ``0,2`` → ``[0, 2]`` (indices), ``none`` → ``[]``.
+
+    Raises:
+        Invalid: anything else.
+    """
+    text = value.strip().lower()
+    if text in ("none", ""):
+        return []
+    try:
+        if "," not in text:
+            n = int(text)
+            if not 0 <= n <= MAX_GPUS:
+                raise ValueError
+            return n if n else []
+        indices = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise Invalid(
+            f"--gpus {value!r}: give a count (4), device indices (0,1) or none; "
+            f"a count is 0 to {MAX_GPUS}"
+        ) from None
+    if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
+        raise Invalid(f"--gpus {value!r}: indices must be distinct and 0 or more")
+    return sorted(indices)
+
+
 def check_resources(what: str, r: Resources) -> None:
     """Refuse a request out of range, naming ``what``, the field, the range and the value.
 
@@ -90,6 +116,50 @@ def check_resources(what: str, r: Resources) -> None:
             raise Invalid(
                 f"{what}: resources.memory must be more than 0 and at most 64T (got {r.memory})"
             )
+
+
+class DaemonResources(
+    Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """What a daemon is told it has, over what it detects (``daemon run/launch --gpus --cpus
+    --memory``); ``None`` fields are detected."""
+
+    #: ``N`` (the first N found; N declared on a host without ``nvidia-smi``), indices
+    #: ``0,1``, or ``none``
+    gpus: Annotated[str, Meta(max_length=200)] | None = None
+    cpus: float | None = None
+    #: ``64G``
+    memory: Annotated[str, Meta(max_length=32)] | None = None
+
+    def flags(self) -> list[str]:
+        """Its ``lakeshore daemon run`` flags."""
+        out = []
+        if self.gpus is not None:
+            out += ["--gpus", self.gpus]
+        if self.cpus is not None:
+            out += ["--cpus", f"{self.cpus:g}"]
+        if self.memory is not None:
+            out += ["--memory", self.memory]
+        return out
+
+
+def check_daemon_resources(r: DaemonResources) -> None:
+    """Refuse what a daemon could not be told it has, naming the flag.
+
+    Raises:
+        Invalid: the first field that is wrong.
+    """
+    if r.gpus is not None:
+        parse_gpus(r.gpus)
+    if r.cpus is not None and not (math.isfinite(r.cpus) and 0 < r.cpus <= MAX_CPUS):
+        raise Invalid(f"--cpus must be more than 0 and at most {MAX_CPUS:g} (got {r.cpus:g})")
+    if r.memory is not None:
+        try:
+            size = memory_bytes(r.memory)
+        except Invalid as e:
+            raise Invalid("--memory " + e.message.removeprefix("resources.memory ")) from None
+        if not 0 < size <= MAX_MEMORY_BYTES:
+            raise Invalid(f"--memory must be more than 0 and at most 64T (got {r.memory})")
 
 
 class Gpu(Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -194,3 +264,22 @@ def human_bytes(n: int) -> str:
             value = n / size
             return f"{value:.1f}{unit}".replace(".0", "") if value < 10 else f"{value:.0f}{unit}"
     return f"{n}B"
+
+
+class DaemonGpus(NamedTuple):
+    """The GPUs each daemon of a provider brings."""
+
+    count: int = 0
+    #: their type (``None``: not said, so a request naming a type is not counted as fitting)
+    gpu_type: str | None = None
+
+    def fits(self, r: Resources) -> bool:
+        """Whether one such daemon could ever hold ``r``'s GPUs."""
+        if r.gpus > self.count:
+            return False
+        if r.gpu_type is None:
+            return True
+        # The type rule of a daemon's own GPUs (docs/resources.md), on the provider's name.
+        return self.gpu_type is not None and gpu_type_matches(
+            r.gpu_type, Gpu(index=0, name=self.gpu_type), {}
+        )

@@ -9,7 +9,7 @@ from typing import Annotated
 from msgspec import Meta, Struct
 
 from lakeshore.model.names import DEFAULT_QUEUE, MAX_ENTRIES, Labels
-from lakeshore.model.resources import Capacity, WorkerResources
+from lakeshore.model.resources import Capacity, DaemonResources, WorkerResources
 
 #: The placement key of a daemon its provider still holds in a queue (a pending Slurm
 #: job), set to ``"true"``: the registry does not time its launch until it is gone.
@@ -71,6 +71,9 @@ class Worker(Struct, frozen=True, kw_only=True):
     resources: WorkerResources | None = None
     #: the invocations it runs now (``current`` is the first of them)
     running: list[str] = []
+    #: what its launch told it it has (``daemon launch --gpus/--cpus/--memory``), passed
+    #: to its ``daemon run``; ``None``: it detects everything
+    launched_with: DaemonResources | None = None
 
 
 class WorkerEdited(Worker, frozen=True, kw_only=True):

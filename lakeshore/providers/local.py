@@ -27,6 +27,7 @@ from typing import Any
 from lakeshore.model import DaemonAccess, Provider, Worker, now
 from lakeshore.providers import exits
 from lakeshore.providers.base import AccessFor, ExitCallback
+from lakeshore.providers.capacity import check_gpu_config
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def daemon_argv(
         argv += ["--queue", q]
     for key, value in worker.labels.items():
         argv += ["--label", f"{key}={value}"]
+    if worker.launched_with is not None:
+        argv += worker.launched_with.flags()
     argv += ["--nats-url", nats_url, "--provider", worker.provider]
     if worker.managed:
         argv.append("--managed")
@@ -162,7 +165,9 @@ class LocalProvider:
         return child.proc.returncode
 
     def check_config(self, config: dict[str, Any]) -> None:
-        """A local provider has no settings it reads (any are kept as given)."""
+        """A local provider reads ``gpus`` and ``gpu_type`` (what each daemon has:
+        :mod:`.capacity`); any other setting is kept as given."""
+        check_gpu_config(config)
 
     def check_launch(
         self, provider: Provider, *, names: Sequence[str] = (), queues: Sequence[str] = ()

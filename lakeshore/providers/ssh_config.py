@@ -63,6 +63,11 @@ class SshConfig(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     nats_url: str | None = None
     #: bound of each SSH connection attempt (seconds)
     connect_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
+    #: GPUs each daemon is given (``daemon run --gpus N``: the first N its host has); the
+    #: controller counts them when it scales GPU work (:mod:`.capacity`)
+    gpus: Annotated[int, Meta(ge=1, le=64)] | None = None
+    #: their type, given to each daemon as its ``gpu_type`` label
+    gpu_type: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
 
 
 #: The keys a config may have, in the order the docs list them.

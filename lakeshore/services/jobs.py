@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
+from lakeshore import fit
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
@@ -46,6 +47,7 @@ from lakeshore.model import (
     Result,
     SubmitAnswer,
     Takeover,
+    Worker,
     WorkerStatus,
     now,
 )
@@ -53,7 +55,7 @@ from lakeshore.quotas import COUNTED, DEFAULT_QUOTAS, Quotas
 from lakeshore.services.code import CodeService
 from lakeshore.services.code import require as require_code
 from lakeshore.services.pending import OrgRows, PendingTally
-from lakeshore.services.retries import resources_of, retried
+from lakeshore.services.retries import retried
 from lakeshore.services.waits import ResultWaits
 from lakeshore.store.port import JobReads, JobRecord
 
@@ -209,7 +211,16 @@ class JobService:
         for name in reasons:
             reasons[name] = await self.pending_reason(namespace, name)
         names = await self._worker_names(namespace, jobs)
-        return [_named(_with_reason(j, reasons.get(j.queue)), names) for j in jobs]
+        members: dict[str, list[Worker]] = {}
+        out = []
+        for j in jobs:
+            reason = reasons.get(j.queue)
+            if j.state is InvocationState.PENDING and fit.asks_for_something(j.resources):
+                if j.queue not in members:
+                    members[j.queue] = await self._workers.ask(Members(namespace, j.queue))
+                reason = _in_resources(j, reason, members[j.queue])
+            out.append(_named(_with_reason(j, reason), names))
+        return out
 
     async def batches(self, namespace: str, jobs: list[Job]) -> list[BatchTally]:
         """How the batches of ``jobs`` stand, each counted whole (not only its listed jobs),
@@ -261,8 +272,6 @@ class JobService:
             job = msgspec.structs.replace(job, isolation=submitted.get("isolation") or "process")
         if submitted.get("code"):
             job = msgspec.structs.replace(job, code=submitted["code"])
-        if submitted.get("resources"):
-            job = msgspec.structs.replace(job, resources=resources_of(submitted))
         return _named(job, await self._worker_names(namespace, [job]))
 
     async def result(
@@ -554,7 +563,11 @@ class JobService:
             return _with_stopping(job)
         if job.state is not InvocationState.PENDING:
             return job
-        return _with_reason(job, await self.pending_reason(job.namespace, job.queue))
+        reason = await self.pending_reason(job.namespace, job.queue)
+        if fit.asks_for_something(job.resources):
+            members = await self._workers.ask(Members(job.namespace, job.queue))
+            reason = _in_resources(job, reason, members)
+        return _with_reason(job, reason)
 
 
 def _named(job: J, names: dict[str, str]) -> J:
@@ -576,6 +589,17 @@ def _with_stopping(job: JobDetail) -> JobDetail:
     if last is None or last.outcome != "running" or last.stopping is None:
         return job
     return msgspec.structs.replace(job, stopping=stopping_text(last.stopping, now()))
+
+
+#: Reasons a request's own (:mod:`.fit`) do not replace: the queue itself is the matter.
+_QUEUE_FIRST = frozenset({"no_members", "scaling_up", "pool_at_max", "draining", "archived"})
+
+
+def _in_resources(job: Job, reason: str, members: list[Worker]) -> str:
+    """The pending reason of ``job`` once its request is taken into account."""
+    if reason in _QUEUE_FIRST or job.resources is None:
+        return reason
+    return fit.waiting(job.id, job.resources, members) or reason
 
 
 def _with_reason(job: Job, reason: str | None) -> Job:

@@ -25,12 +25,14 @@ from lakeshore.model import (
     Namespace,
     Queue,
     QueueCreate,
+    QueueDefaults,
     QueueDetail,
     QueueEvent,
     QueuePatch,
     QueueState,
     QueueStats,
     WorkerStatus,
+    check_resources,
     levels_of,
     now,
 )
@@ -72,6 +74,7 @@ class QueueService:
         self._code = code
 
     async def create(self, namespace: str, body: QueueCreate, actor: str | None) -> Queue:
+        _check_defaults(body.defaults)
         await self._check_code(namespace, body.code)
         return await self._directory.ask(CreateQueue(namespace, body, actor))
 
@@ -130,6 +133,8 @@ class QueueService:
         )
 
     async def patch(self, namespace: str, name: str, patch: QueuePatch, actor: str | None) -> Queue:
+        if isinstance(patch.defaults, QueueDefaults):
+            _check_defaults(patch.defaults)
         if isinstance(patch.code, str):
             await self._check_code(namespace, patch.code)
         return await (await self._queue(namespace, name)).ask(PatchQueue(patch, actor))
@@ -234,3 +239,13 @@ def _microseconds(seconds: float | None) -> float | None:
     """Seconds to the microsecond: the clocks' resolution, without a quantile's float tail
     (``1.7521550000000001``)."""
     return None if seconds is None else round(seconds, 6)
+
+
+def _check_defaults(defaults: QueueDefaults | None) -> None:
+    """A queue's default request is checked as an invocation's is.
+
+    Raises:
+        Invalid: a field out of range, named ``defaults.resources.…``.
+    """
+    if defaults is not None and defaults.resources is not None:
+        check_resources("defaults", defaults.resources)

@@ -23,7 +23,17 @@ _decoder = msgspec.json.Decoder()
 
 #: Columns stored as VARCHAR holding JSON, in whichever table they appear.
 JSON_COLUMNS = frozenset(
-    {"elasticity", "labels", "queues", "detail", "placement", "resources", "running"}
+    {
+        "elasticity",
+        "labels",
+        "queues",
+        "detail",
+        "placement",
+        "resources",
+        "running",
+        "defaults",
+        "launched_with",
+    }  # fmt: skip
 )
 
 #: The column order of a tuple given to ``Store.append_invocation_events``.

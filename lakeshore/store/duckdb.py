@@ -49,10 +49,10 @@ T = TypeVar("T")
 _NAMESPACE = ("name", "org", "created_at")
 _TOKEN = ("id", "namespace", "description", "admin", "created_at")
 _QUEUE = ("namespace", "name", "kind", "state", "description", "max_depth", "on_full",
-          "elasticity", "created_at", "updated_at", "labels", "code")  # fmt: skip
+          "elasticity", "created_at", "updated_at", "labels", "code", "defaults")  # fmt: skip
 _WORKER = ("id", "namespace", "name", "queues", "labels", "provider", "managed", "status",
            "current", "last_heartbeat", "started_at", "placement", "resources",
-           "running")  # fmt: skip
+           "running", "launched_with")  # fmt: skip
 _QUEUE_EVENT = ("id", "namespace", "queue", "ts", "type", "actor", "detail")
 
 _SELECT_NAMESPACE = _rows.select("namespaces", _NAMESPACE)

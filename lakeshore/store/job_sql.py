@@ -105,6 +105,20 @@ RANKS = (
     ) WHERE backlog <= ? OR id = ANY(?::VARCHAR[])"""
 )
 OLDEST_PENDING = PENDING + " SELECT min(submitted_at) FROM pending"
+# What the pending invocations of a queue ask of GPUs: (gpus, gpu_type, how many), those
+# asking for at least one (the controller's demand in resources).
+GPU_DEMAND = (
+    unfinished(""",
+        arg_min(detail, ts) FILTER (WHERE type = 'submitted') AS submitted_detail""")
+    + f""", asks AS (
+        SELECT TRY_CAST(json_extract_string(submitted_detail, '$.resources.gpus') AS INTEGER)
+                AS gpus,
+            json_extract_string(submitted_detail, '$.resources.gpu_type') AS gpu_type
+        FROM unfinished WHERE {STATE} = 'pending'
+    )
+    SELECT gpus, gpu_type, count(*) FROM asks WHERE gpus > 0
+    GROUP BY gpus, gpu_type ORDER BY gpus, gpu_type"""
+)
 EVENTS = (
     "SELECT type, epoch, attempt, worker, ts, detail FROM invocation_events"
     " WHERE namespace = ? AND invocation_id = ? ORDER BY ts"

@@ -198,6 +198,7 @@ def _job(rec: dict[str, Any], type_: type[T]) -> T:
     rec["command"] = submitted.get("command")
     rec["batch"] = submitted.get("batch")
     rec["retry_of"] = submitted.get("retry_of")
+    rec["resources"] = submitted.get("resources") or None
     rec["max_attempts"] = submitted.get("max_attempts") or 1
     rec["error"] = _error(failed.get("error"))
     if rec["state"] == InvocationState.FAILED and failed.get("cause") in _CAUSES:
@@ -330,6 +331,16 @@ class JobQueries:
         async def _run(self, fn: Callable[[Con], T]) -> T: ...
 
         async def _read(self, namespace: str, fn: Callable[[Con], T]) -> T: ...
+
+    async def gpu_demand(self, namespace: str, queue: str) -> list[tuple[int, str | None, int]]:
+        """What the pending invocations of ``queue`` ask of GPUs: ``(gpus, gpu_type, how
+        many)`` for each request of at least one GPU, as far as the history has them."""
+
+        def work(con: Con) -> list[tuple[int, str | None, int]]:
+            rows = _all(con, q.GPU_DEMAND, [namespace, queue, namespace, queue])
+            return [(int(g), t, int(n)) for g, t, n in rows]
+
+        return await self._read(namespace, work)
 
     async def append_invocation_events(
         self, rows: Sequence[tuple[Any, ...] | msgspec.Struct], *, batches: Sequence[int] = ()

@@ -201,6 +201,9 @@ MIGRATIONS: list[Migration] = [
             # What each daemon has and has free (spec/resources.md), and what it runs now.
             "ALTER TABLE workers ADD COLUMN resources VARCHAR",
             "ALTER TABLE workers ADD COLUMN running VARCHAR DEFAULT '[]'",
+            "ALTER TABLE workers ADD COLUMN launched_with VARCHAR",
+            # What a queue's invocations get when they name none (its resources).
+            "ALTER TABLE queues ADD COLUMN defaults VARCHAR",
         ],
     ),
 ]

@@ -11,6 +11,7 @@ from composing import plan_lines
 from support import stored_invocations
 
 from lakeshore.cli.compose import CHANGES_PENDING
+from lakeshore.cli.exits import API_ERROR
 from lakeshore.code import pack
 
 NS = "default"
@@ -93,3 +94,36 @@ async def test_a_queues_code_must_be_uploaded_first(api, tmp_path: Path):
     status, body = await api.patch(f"{BASE}/queues/q", {"code": missing})
     assert status == 404, body
     assert (await api.get(f"{BASE}/queues/q"))[1]["code"] is None
+
+
+async def test_up_sets_a_queues_default_resources_and_diff_sees_an_edit(cli, compose_file, api):
+    compose_file("""
+        queues:
+          training-h100: {defaults: {resources: {gpus: 1, gpu_type: H100}}}
+    """)
+    await cli("compose", "up")
+    queue = (await api.get(f"{BASE}/queues/training-h100"))[1]
+    assert queue["defaults"] == {"resources": {"gpus": 1, "gpu_type": "H100"}}
+    await cli("compose", "diff")  # in sync: exit 0
+    compose_file("""
+        queues:
+          training-h100: {defaults: {resources: {gpus: 2, gpu_type: H100}}}
+    """)
+    diff = await cli("compose", "diff", expect=CHANGES_PENDING)
+    assert "~ queue training-h100" in diff.stdout and "defaults" in diff.stdout, diff.stdout
+    await cli("compose", "up")
+    queue = (await api.get(f"{BASE}/queues/training-h100"))[1]
+    assert queue["defaults"]["resources"]["gpus"] == 2
+
+
+async def test_a_bad_default_request_is_refused_before_anything_changes(cli, compose_file, api):
+    compose_file("""
+        queues:
+          fine: {}
+          training-h100: {defaults: {resources: {gpus: 65}}}
+    """)
+    result = await cli("compose", "up", expect=API_ERROR)
+    assert "queue training-h100: defaults: resources.gpus must be between 0 and 64" in (
+        result.output
+    ), result.output
+    assert (await api.get(f"{BASE}/queues/fine"))[0] == 404

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from controller_support import load, queue, run, snapshot, worker
 
 from lakeshore.controller import GrantSteal, Launch, MarkLost, Retire, desired, idle_wait_s
 from lakeshore.model import QueueState, WorkerStatus
+from lakeshore.model.resources import DaemonGpus
+from lakeshore.providers.capacity import gres_gpus
 
 
 @pytest.mark.parametrize(
@@ -98,3 +101,44 @@ def test_decisions_come_lost_retire_steal_launch_and_retire_by_cost_weight() -> 
     assert kinds == [MarkLost, Retire, Retire, GrantSteal, Launch]
     retires = [d for d in result.decisions if isinstance(d, Retire)]
     assert [r.queue for r in retires] == ["b", "a"]
+
+
+@pytest.mark.parametrize(
+    ("asks", "per_daemon", "pending", "expected", "says"),
+    [
+        # 3 x 2 GPUs at 2 per daemon: 3 daemons, though target_pending 100 sizes 1.
+        (((2, None, 3),), DaemonGpus(2), 3, 3, "6 GPUs at 2 per daemon → 3"),
+        # 4 x 1 GPU at 4 per daemon: 1; with 2 more asking none, the count sizes 1 too.
+        (((1, None, 4),), DaemonGpus(4), 6, 1, "4 GPUs at 4 per daemon → 1"),
+        # A request bigger than any daemon of the provider counts for nothing.
+        (((4, None, 2),), DaemonGpus(2), 2, 0, "2 that no daemon of my-gpu (2 GPUs) could hold"),
+        # A type the provider's daemons are not.
+        (((1, "A100", 3),), DaemonGpus(2, "h100"), 3, 0, "3 that no daemon of my-gpu"),
+        (((1, "H100", 3),), DaemonGpus(2, "h100"), 3, 2, "3 GPUs at 2 per daemon → 2"),
+        # A provider without GPUs launches nothing for GPU work.
+        (((1, None, 5),), DaemonGpus(), 5, 0, "5 that no daemon of my-gpu (0 GPUs) could hold"),
+    ],
+)
+def test_gpu_work_sizes_by_the_gpus_each_daemon_brings(
+    asks, per_daemon, pending, expected, says
+) -> None:
+    q = queue(kind="fully_elastic", max=8, target_pending=100, provider="my-gpu")
+    backlog = msgspec.structs.replace(load("q", pending, 0), gpu_asks=asks)
+    want, why = desired(q, backlog, 0, 0, per_daemon)
+    assert want == expected, why
+    assert says in why, why
+
+
+@pytest.mark.parametrize(
+    ("gres", "expected"),
+    [
+        ("gpu:4", DaemonGpus(4)),
+        ("gpu:h100:4", DaemonGpus(4, "h100")),
+        ("gpu", DaemonGpus(1)),
+        ("shard:2,gpu:a100:8", DaemonGpus(8, "a100")),
+        ("shard:2", DaemonGpus()),
+        (None, DaemonGpus()),
+    ],
+)
+def test_a_slurm_providers_gres_says_what_each_daemon_brings(gres, expected) -> None:
+    assert gres_gpus(gres) == expected

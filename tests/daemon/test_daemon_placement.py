@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
 from clirunner import cli_for
-from daemon_support import W, command, fn
+from daemon_support import J, Q, W, command, fn
 from polling import eventually
 
 from lakeshore.model import EventType
@@ -98,8 +99,8 @@ async def test_a_daemon_reports_its_gpus_and_what_its_runs_hold(
     listing = (await cli("daemon", "list")).stdout
     assert f"2/4 {H100}" in listing, listing
     shown = (await cli("daemon", "show", "gpu-1")).stdout
-    assert f"resources: 4 GPUs {H100}, 16 CPUs, 64G memory" in shown, shown
-    assert "free: 2 GPUs" in shown and "in use" in shown, shown
+    assert re.search(rf"resources:\s+4 GPUs {H100}, 16 CPUs, 64G memory", shown), shown
+    assert re.search(r"free:\s+2 GPUs", shown) and "in use" in shown, shown
     gate.touch()
     assert await bench.events.wait_final(job) is EventType.SUCCEEDED
     await eventually(
@@ -207,3 +208,61 @@ async def test_a_request_no_daemon_here_can_fit_is_handed_on_to_one_that_can(
     [claimed] = [e for e in bench.events.of(EventType.CLAIMED) if e.invocation_id == job]
     assert len(runs_of(tmp_path / "log")[job].devices) == 2
     assert claimed.worker == daemons.daemons[1].id
+
+
+async def test_an_infeasible_request_says_no_daemon_fits_with_the_numbers(
+    api, bench, daemons, control_plane
+) -> None:
+    await bench.queue("train")
+    await daemons.start("gpu-1", environ=host("a100x8"), queues=["train"], gpus="2")
+    status, body = await api.post(
+        f"{Q}/train/invocations",
+        {"command": ["true"], "resources": {"gpus": 4, "gpu_type": "H100"}},
+    )
+    assert status == 202, body
+    said = (
+        "no_daemon_fits: needs 4 GPUs H100, 1 CPU; the largest member, gpu-1, has 2 GPUs "
+        "NVIDIA A100-SXM4-80GB"
+    )
+    assert len(body["warnings"]) == 1 and body["warnings"][0].startswith(said), body
+    [job] = body["ids"]
+    shown = (await api.get(f"{J}/{job}"))[1]
+    assert shown["state"] == "pending" and shown["pending_reason"].startswith(said), shown
+    listed = (await cli_for(control_plane)("jobs", "ls", "--queue", "train")).stdout
+    assert "no_daemon_fits" in listed, listed
+    # A request that fits warns of nothing.
+    status, body = await api.post(
+        f"{Q}/train/invocations", {"command": ["true"], "resources": {"gpus": 2}}
+    )
+    assert status == 202 and body.get("warnings", []) == [], body
+
+
+async def test_a_request_that_fits_but_waits_says_waiting_for_resources(
+    api, bench, daemons, tmp_path
+) -> None:
+    await bench.queue("train")
+    await daemons.start("gpu-1", environ=host("h100x8"), queues=["train"], gpus="2",
+                        concurrency=2)  # fmt: skip
+    gate = tmp_path / "go"
+    wait = command("sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.02; done')
+    [first] = await bench.submit("train", {**wait, "resources": {"gpus": 1}})
+    await bench.events.wait_count(EventType.STARTED, 1)
+    [second] = await bench.submit("train", {**wait, "resources": {"gpus": 2}})
+
+    async def reason() -> str | None:
+        return (await api.get(f"{J}/{second}"))[1].get("pending_reason")
+
+    said = await eventually(
+        reason,
+        until=lambda r: r is not None and r.startswith("waiting_for_resources"),
+        timeout_s=10,
+        what="the held job's reason",
+    )
+    assert said == (
+        "waiting_for_resources: claimed by gpu-1, which starts it once 2 GPUs, 1 CPU are free "
+        f"(1 GPU NVIDIA H100 80GB HBM3, 1 CPU, {said.split(', 1 CPU, ')[1].split(' ')[0]} "
+        f"memory free now; running {first})"
+    ), said
+    gate.touch()
+    for job in (first, second):
+        assert await bench.events.wait_final(job) is EventType.SUCCEEDED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -337,3 +338,27 @@ async def test_a_job_shows_its_code_snapshot_and_its_retry_keeps_it(
     new = page.url.rsplit("/", 1)[-1]
     _, fresh = await api.get(f"{NS}/jobs/{new}")
     assert (fresh["code"], fresh["isolation"]) == (snap.digest, "process")
+
+
+async def test_the_daemons_view_shows_gpus_in_use_of_each_daemons_and_their_type(
+    page: Page, api, monkeypatch, screens: Path, tmp_path: Path
+):
+    # The local provider's daemon inherits this environment: its nvidia-smi is the stand-in
+    # printing a real 8 x H100 host's output (tests/resources/captures; no GPU here).
+    resources = Path(__file__).parents[1] / "resources"
+    monkeypatch.setenv("PATH", f"{resources / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_HOST", str(resources / "captures" / "h100x8"))
+    assert (await api.post(f"{NS}/queues", {"name": "training-h100"}))[0] == 201
+    await launch(api, "gpu-1", ["training-h100"])
+    gate = tmp_path / "go"
+    wait = ["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.05; done']
+    job = await submit(api, "training-h100", command=wait, resources={"gpus": 2})
+    await show(page, "#/daemons")
+    cell = page.locator('tr[data-worker="gpu-1"] [data-col="gpus"]')
+    await expect(cell).to_have_text("2/8 NVIDIA H100 80GB HBM3", timeout=EXPECT_MS)
+    await page.screenshot(path=screens / "daemons-gpus.png", full_page=True)
+    gate.touch()
+    status, _ = await api.get(f"{NS}/jobs/{job}/result?wait_s=30")
+    assert status == 200
+    await show(page, "#/daemons")
+    await expect(cell).to_have_text("0/8 NVIDIA H100 80GB HBM3", timeout=EXPECT_MS)

@@ -166,3 +166,27 @@ async def test_the_controllers_launches_are_counted_by_kind(plane_factory):
         await all_succeeded(api, ids)
         after = await scrape(api)
     assert value(after, "lakeshore_controller_actions_total", kind="launch") >= before + 1
+
+
+async def test_gpus_of_a_queues_daemons_and_those_held_are_gauged(api, tmp_path):
+    # Four GPUs declared with --gpus on a host without nvidia-smi (docs/resources.md).
+    assert (await api.post(f"/v1/namespaces/{NS}/queues", {"name": "gpu-q"}))[0] == 201
+    gate = tmp_path / "go"
+    wait = ["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.02; done']
+    async with daemon(api, "gpu-d", "gpu-q", gpus="4"):
+        samples = await scrape(api)
+        assert value(samples, "lakeshore_queue_gpus", namespace=NS, queue="gpu-q") == 4
+        assert value(samples, "lakeshore_queue_gpus_used", namespace=NS, queue="gpu-q") == 0
+        status, body = await api.post(
+            f"/v1/namespaces/{NS}/queues/gpu-q/invocations",
+            {"command": wait, "resources": {"gpus": 3}},
+        )
+        assert status == 202, body
+
+        async def used() -> float:
+            found = await scrape(api)
+            return value(found, "lakeshore_queue_gpus_used", namespace=NS, queue="gpu-q")
+
+        await eventually(used, until=lambda n: n == 3, timeout_s=10, what="3 GPUs held")
+        gate.touch()
+        await all_succeeded(api, body["ids"])

@@ -217,6 +217,8 @@ def test_every_shell_block_of_the_readme_runs_in_order(tmp_path, home, sshd) -> 
     assert "hello" in out and "42" in out and "[0, 2, 4, 6, 8]" in out, tail
     refused = "--namespace default --provider my-laptop --name laptop --queue cpu-prep`"
     assert refused in err and "exit 1" in out, tail
+    assert "GPUs 0,1" in out and "GPUs []" in out, tail  # each run its own devices
+    assert "warning: no_daemon_fits: needs 4 GPUs, 1 CPU; the largest member" in err, tail
 
 
 def _end_what_it_left(project: Path, mark: str) -> None:

@@ -111,3 +111,55 @@ async def test_the_sdk_and_the_cli_send_a_request(control_plane, api, js, tmp_pa
 
 def _train() -> None:
     return None
+
+
+async def test_a_queues_default_request_applies_to_invocations_that_name_none(api, js) -> None:
+    defaults = {"resources": {"gpus": 1, "gpu_type": "H100", "cpus": 4}}
+    status, body = await api.post(f"{BASE}/queues", {"name": "train", "defaults": defaults})
+    assert status == 201 and body["defaults"] == defaults, body
+    specs = [{"command": ["true"]}, {"command": ["true"], "resources": {"gpus": 2}}]
+    status, body = await api.post(f"{BASE}/queues/train/invocations", {"invocations": specs})
+    assert status == 202, body
+    stored = await stored_invocations(js, NS, "train")
+    assert [i.resources for i in stored] == [
+        Resources(gpus=1, gpu_type="H100", cpus=4),
+        Resources(gpus=2),  # its own request replaces the queue's whole
+    ]
+    shown = (await api.get(f"{BASE}/jobs/{body['ids'][0]}"))[1]
+    assert shown["resources"] == defaults["resources"]
+    # Changed by a PATCH, removed by null; a bad one is a 400 that changes nothing.
+    status, body = await api.patch(
+        f"{BASE}/queues/train", {"defaults": {"resources": {"gpus": 99}}}
+    )
+    assert status == 400 and "defaults: resources.gpus must be between 0 and 64" in str(body)
+    assert (await api.get(f"{BASE}/queues/train"))[1]["defaults"] == defaults
+    status, body = await api.patch(f"{BASE}/queues/train", {"defaults": None})
+    assert status == 200 and body["defaults"] is None, body
+    status, body = await api.post(
+        f"{BASE}/queues", {"name": "bad", "defaults": {"resources": {"memory": "16"}}}
+    )
+    assert status == 400 and "defaults: resources.memory '16' must be a number" in str(body)
+    assert (await api.get(f"{BASE}/queues/bad"))[0] == 404
+
+
+async def test_a_providers_gpus_are_checked_and_given_to_each_daemon_it_launches(api) -> None:
+    body = {"name": "box", "kind": "local", "config": {"gpus": 0}}
+    status, answer = await api.post(f"{BASE}/providers", body)
+    assert status == 400 and "gpus must be a whole number 1 to 64 (got 0)" in str(answer)
+    body["config"] = {"gpus": 2, "gpu_type": "H 100"}
+    status, answer = await api.post(f"{BASE}/providers", body)
+    assert status == 400 and "gpu_type must be letters" in str(answer), answer
+    body["config"] = {"gpus": 2, "gpu_type": "H100"}
+    assert (await api.post(f"{BASE}/providers", body))[0] == 201
+    status, answer = await api.post(f"{BASE}/daemons", {"name": "g", "provider": "box"})
+    assert status == 202, answer
+    [row] = answer["workers"]
+    assert row["launched_with"] == {"gpus": "2"} and row["labels"] == {"gpu_type": "H100"}
+    # A launch's own flags win over the provider's; a bad one is refused, nothing started.
+    launch = {"name": "h", "provider": "box", "resources": {"gpus": "1", "memory": "8G"}}
+    status, answer = await api.post(f"{BASE}/daemons", launch)
+    assert status == 202 and answer["workers"][0]["launched_with"] == launch["resources"]
+    bad = {"name": "x", "provider": "box", "resources": {"gpus": "two"}}
+    status, answer = await api.post(f"{BASE}/daemons", bad)
+    assert status == 400 and "--gpus 'two'" in str(answer), answer
+    assert all(w["name"] != "x" for w in (await api.get(f"{BASE}/workers"))[1]["workers"])

@@ -248,6 +248,18 @@ async function queueView(el, params, [ns, name]) {
     );
 }
 
+// "2/8 NVIDIA H100 80GB HBM3": GPUs in use of the daemon's, and their type; each GPU in the
+// cell's title (index, name, free or in use).
+function gpusCell(w) {
+  const r = w.resources;
+  if (!r || !r.total.gpus || !r.total.gpus.length) return "–";
+  const total = r.total.gpus;
+  const free = new Set((r.free.gpus || []).map((g) => g.index));
+  const names = [...new Set(total.map((g) => g.name).filter(Boolean))];
+  const title = total.map((g) => `${g.index}: ${g.name || "declared"} ${free.has(g.index) ? "free" : "in use"}`);
+  return `<span title="${h(title.join("\n"))}">${total.length - free.size}/${total.length}${names.length ? " " + h(names.join("/")) : ""}</span>`;
+}
+
 async function daemonsView(el) {
   const { workers } = await get(`${nsPath()}/workers`);
   const rows = workers.map((w) => {
@@ -261,6 +273,7 @@ async function daemonsView(el) {
       <td data-col="queues">${chips.join("") || `<span class="muted">default</span>`}
         ${gone ? "" : `<input id="add-${h(w.id)}" size="10" placeholder="queue" aria-label="add a queue to ${h(w.name)}">
         <button type="button" data-add-queue="${h(w.id)}">add</button>`}</td>
+      <td data-col="gpus">${gpusCell(w)}</td>
       <td>${age(w.last_heartbeat)}</td>
       <td>${w.current ? `<a href="#/job/${enc(w.current)}">${h(w.current)}</a>` : "–"}</td>
       <td>${gone || w.status === "retiring" ? "" : `<button type="button" class="danger" data-stop="${h(w.id)}">stop</button>`}</td></tr>`;
@@ -269,7 +282,7 @@ async function daemonsView(el) {
     render(
       el,
       `<h1>Daemons in ${h(namespace())}</h1>
-      ${table(["name", "provider", "status", "queues", "last heartbeat", "current", ""], rows, "no daemons")}`,
+      ${table(["name", "provider", "status", "queues", "gpus", "last heartbeat", "current", ""], rows, "no daemons")}`,
     );
 }
 

@@ -18,3 +18,13 @@ def hold(gate: str, timeout_s: float = 60.0) -> str:
     while not Path(gate).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return "released"
+
+
+def devices(gate: str) -> dict[str, str | None]:
+    """Its GPUs as its daemon gave them, once the file ``gate`` exists."""
+    hold(gate)
+    return {
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "gpus": os.environ.get("LAKESHORE_GPUS"),
+        "job": os.environ.get("SLURM_JOB_ID"),
+    }

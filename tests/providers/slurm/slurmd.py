@@ -22,6 +22,8 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sco
 START_S = 60.0
 STOP_S = 10.0
 PARTITION = "debug"
+#: GPUs the test node declares, of type h100 (gres on empty files: no GPU here)
+GPUS = 4
 
 
 def free_port() -> int:
@@ -85,6 +87,16 @@ class SlurmCluster:
             f.write(os.urandom(128))
         socket_path = self.root / "munge" / "munge.socket"
         self.conf.write_text(self._config(socket_path))
+        # Four GPUs the node declares, each on an empty file (no GPU here): Slurm counts and
+        # allocates them (``--gres=gpu:2``) like real ones, and drops any GPU without a file.
+        devices = self.root / "dev"
+        devices.mkdir()
+        for i in range(GPUS):
+            (devices / f"nvidia{i}").touch()
+        (self.root / "gres.conf").write_text(
+            f"AutoDetect=off\nNodeName={self.node} Name=gpu Type=h100 "
+            f"File={devices}/nvidia[0-{GPUS - 1}]\n"
+        )
         # Its own key, not /etc/munge's; --force: munged's checks of the owners and modes of
         # its directories are for a system install (/etc/munge, /run/munge), not a temp dir.
         munge = self.root / "munge"
@@ -151,7 +163,9 @@ class SlurmCluster:
                 "MinJobAge=30",
                 # The node claims 16 CPUs whatever this machine has.
                 "SlurmdParameters=config_overrides",
-                f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs=16 State=UNKNOWN",
+                "GresTypes=gpu",
+                f"NodeName={self.node} NodeAddr=127.0.0.1 CPUs=16 Gres=gpu:h100:{GPUS} "
+                "State=UNKNOWN",
                 f"PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE "
                 "State=UP",
                 "",

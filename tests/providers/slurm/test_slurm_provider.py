@@ -388,3 +388,38 @@ async def test_daemon_stop_force_scancels_a_running_job(bench):
     assert status == 202, answer
     await bench.job_ends(job_id)
     assert (await bench.wait_worker(row.id, GONE)).status is WorkerStatus.STOPPED
+
+
+async def test_pending_gpu_work_scales_slurm_daemons_by_their_gres(bench):
+    # The node declares 4 h100 GPUs (gres on empty files: slurmd.py); each daemon's job asks
+    # for two (--gres=gpu:h100:2) and is told it has them (--gpus 2, type h100).
+    await bench.provider(gres="gpu:h100:2")
+    await bench.post("/queues", {"name": "gpu", "elasticity": {
+        "kind": "fully_elastic", "max": 4, "target_pending": 100, "scale_down_idle_s": 0.5,
+        "provider": "hpc",
+    }})  # fmt: skip
+    spec = {"fn": "slurm_jobs:devices", "args": [str(bench.gate)]}
+    asks = [{**spec, "resources": {"gpus": 2, "gpu_type": "H100"}}] * 2
+    # One request no daemon of the provider could ever hold: it launches nothing for it.
+    big = {**spec, "resources": {"gpus": 4}}
+    answer = await bench.post("/queues/gpu/invocations", {"invocations": [*asks, big]})
+    held, [too_big] = answer["ids"][:2], answer["ids"][2:]
+    # target_pending 100 sizes one daemon; the GPUs asked (2 x 2 at 2 a daemon) size two.
+    up = await bench.wait_managed("gpu", 2)
+    up = [await bench.wait_placed(w.id) for w in up]
+    [event] = await bench.wait_events("gpu", "scaled_up")
+    reason = event.detail["reason"]
+    assert "4 GPUs at 2 per daemon → 2" in reason, reason
+    assert "1 that no daemon of hpc (2 GPUs h100) could hold" in reason, reason
+    jobs = {w.placement["slurm_job"]: w for w in up}
+    for job_id in jobs:
+        shown = bench.slurm.show(job_id)
+        assert "gres/gpu:h100=2" in shown or "gpu:h100:2" in shown, shown
+    bench.gate.touch()
+    results = [(await bench.result(i))["value"] for i in held]
+    assert all(r["visible"] == "0,1" and r["job"] in jobs for r in results), results
+    assert len({r["job"] for r in results}) == 2  # each on its own daemon
+    status, job = await bench.api.get(f"{BASE}/jobs/{too_big}")
+    assert job["state"] == "pending", job
+    assert len(await bench.managed("gpu", UP | {WorkerStatus.STARTING})) <= 2
+    await bench.post(f"/jobs/{too_big}/cancel")
