@@ -46,7 +46,7 @@ def test_an_unknown_key_is_reported_at_the_key_with_a_suggestion():
           q: {kind: fifo, max_dept: 3}
     """) == [
         "lakeshore.yaml:2:19: unknown key 'max_dept' in queue q: did you mean 'max_depth'? "
-        "known keys: kind, description, max_depth, on_full, elasticity, labels, code"
+        "known keys: kind, description, max_depth, on_full, elasticity, labels, code, defaults"
     ]
 
 
@@ -165,7 +165,7 @@ async def test_an_invalid_file_exits_1_and_sends_nothing(cli, compose_file, live
         "lakeshore.yaml:4:3: invalid queue name 'Bad': use lowercase letters, digits and '-', "
         "starting and ending with a letter or digit (^[a-z0-9]([a-z0-9-]*[a-z0-9])?$)",
         "lakeshore.yaml:5:20: unknown key 'bogus' in queue ok: known keys: kind, description, "
-        "max_depth, on_full, elasticity, labels, code",
+        "max_depth, on_full, elasticity, labels, code, defaults",
         "lakeshore.yaml:6:20: queue el: elasticity max (1) must be ≥ min (5)",
         "lakeshore.yaml:7:22: queue typed: max_depth: expected `int | null`, got `str`",
         "error: 4 problems in lakeshore.yaml; nothing was sent",

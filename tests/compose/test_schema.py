@@ -51,7 +51,7 @@ def test_the_schema_describes_every_section_and_elasticity_field():
         *"project namespace namespaces providers queues daemons".split()
     }
     assert set(defs["QueueSpec"]["properties"]) == {
-        *"kind description max_depth on_full elasticity labels code".split()
+        *"kind description max_depth on_full elasticity labels code defaults".split()
     }
     assert set(defs["ElasticitySpec"]["properties"]) >= {
         *"kind min max provider pool match steal_delay_s cost_weight".split()

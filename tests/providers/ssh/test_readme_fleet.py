@@ -32,17 +32,20 @@ def _blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", SECTION, re.DOTALL)
 
 
-def _commands() -> list[list[str]]:
+def _commands() -> list[tuple[str | None, list[str]]]:
     """Every ``.venv/bin/lakeshore …`` line of the section's worked example (its shell block
-    that adds the providers), as argv (the one-time ``ssh-keygen`` lines are the reader's
-    own set-up; the block before it clears away what the README's earlier sections made)."""
-    argvs = []
+    that adds the providers), as argv with the shell variable its output is kept in
+    (``BIG=$(…)``; else ``None``). The one-time ``ssh-keygen`` lines are the reader's own
+    set-up; the block before it clears away what the README's earlier sections made."""
+    commands = []
     [example] = [b for b in _blocks("sh") if "providers add" in b]
     for line in example.splitlines():
+        kept = re.match(r"([A-Z_]+)=\$\((.*?)\)(\s*#.*)?$", line)
+        var, line = (kept.group(1), kept.group(2)) if kept else (None, line)
         if line.startswith(PROGRAM):
             line = line.replace("$PWD/.venv/bin/python", sys.executable)
-            argvs.append(shlex.split(line[len(PROGRAM) :], comments=True))
-    return argvs
+            commands.append((var, shlex.split(line[len(PROGRAM) :], comments=True)))
+    return commands
 
 
 def _stand_in(fleet: Any, argv: list[str]) -> list[str]:
@@ -73,10 +76,14 @@ async def test_the_worked_example_runs_on_two_ssh_providers(fleet, tmp_path, mon
     (reader / "tasks.py").write_text(_tasks_py())
     monkeypatch.chdir(reader)
     commands = _commands()
-    assert [c[:2] for c in commands[:2]] == [["providers", "add"]] * 2
-    assert {c[2] for c in commands[:2]} == {"my-ec2", "my-gpu"}
-    for argv in commands:
-        await _run(fleet, _stand_in(fleet, argv))
+    assert [c[:2] for _, c in commands[:2]] == [["providers", "add"]] * 2
+    assert {c[2] for _, c in commands[:2]} == {"my-ec2", "my-gpu"}
+    kept: dict[str, str] = {}
+    for var, argv in commands:
+        argv = [kept.get(a.removeprefix("$"), a) if a.startswith("$") else a for a in argv]
+        out = await _run(fleet, _stand_in(fleet, argv))
+        if var is not None:
+            kept[var] = out.strip()
 
     rows = json.loads(await _run(fleet, ["daemon", "list", "-o", "json"]))["workers"]
     by_name = {w["name"]: w for w in rows}
