@@ -36,9 +36,14 @@ def daemon_gpus(provider: Provider) -> DaemonGpus:
     if provider.kind in (ProviderKind.LOCAL, ProviderKind.SSH):
         n = config.get("gpus")
         kind = config.get("gpu_type")
-        if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_GPUS:
+        if _gpu_count(n):
             return DaemonGpus(n, kind if isinstance(kind, str) else None)
     return DaemonGpus()
+
+
+def _gpu_count(n: Any) -> bool:
+    """Whether a config's ``gpus`` is a count of GPUs (1 to :data:`MAX_GPUS`)."""
+    return isinstance(n, int) and not isinstance(n, bool) and 0 < n <= MAX_GPUS
 
 
 def gres_gpus(gres: Any) -> DaemonGpus:
@@ -67,7 +72,7 @@ def check_gpu_config(config: dict[str, Any]) -> None:
         Invalid: naming the key, its form and what was given.
     """
     n = config.get("gpus")
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= MAX_GPUS):
+    if n is not None and not _gpu_count(n):
         raise Invalid(f"provider config: gpus must be a whole number 1 to {MAX_GPUS} (got {n!r})")
     kind = config.get("gpu_type")
     if kind is not None and (not isinstance(kind, str) or not GPU_TYPE.match(kind)):

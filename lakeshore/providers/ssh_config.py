@@ -15,6 +15,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from lakeshore.errors import Invalid
+from lakeshore.model.resources import GPU_TYPE, MAX_GPUS
 from lakeshore.providers.local import CA_ENV, CREDENTIAL_ENV
 
 #: Where a daemon's log and pid files go on its host when ``log_dir`` is not given.
@@ -65,9 +66,9 @@ class SshConfig(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     connect_timeout_s: Annotated[float, Meta(gt=0)] = 10.0
     #: GPUs each daemon is given (``daemon run --gpus N``: the first N its host has); the
     #: controller counts them when it scales GPU work (:mod:`.capacity`)
-    gpus: Annotated[int, Meta(ge=1, le=64)] | None = None
+    gpus: Annotated[int, Meta(ge=1, le=MAX_GPUS)] | None = None
     #: their type, given to each daemon as its ``gpu_type`` label
-    gpu_type: Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = None
+    gpu_type: Annotated[str, Meta(pattern=GPU_TYPE.pattern)] | None = None
 
 
 #: The keys a config may have, in the order the docs list them.
