@@ -407,8 +407,15 @@ async def test_pending_gpu_work_scales_slurm_daemons_by_their_gres(bench):
     # target_pending 100 sizes one daemon; the GPUs asked (2 x 2 at 2 a daemon) size two.
     up = await bench.wait_managed("gpu", 2)
     up = [await bench.wait_placed(w.id) for w in up]
-    [event] = await bench.wait_events("gpu", "scaled_up")
-    reason = event.detail["reason"]
+    # The asks are read from the history, which may trail the stream by a tick: the first
+    # decision can size by count alone (one daemon) before the one that sizes by GPUs.
+    events = await eventually(
+        lambda: bench.events("gpu", "scaled_up"),
+        until=lambda found: any("GPUs at" in e.detail["reason"] for e in found),
+        timeout_s=WAIT_S,
+        what="a scaled_up event sized by GPUs",
+    )
+    reason = next(e.detail["reason"] for e in events if "GPUs at" in e.detail["reason"])
     assert "4 GPUs at 2 per daemon → 2" in reason, reason
     assert "1 that no daemon of hpc (2 GPUs h100) could hold" in reason, reason
     jobs = {w.placement["slurm_job"]: w for w in up}
