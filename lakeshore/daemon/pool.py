@@ -9,14 +9,22 @@ one (first ending an idle one of another environment when it is full) when that 
 right thing (:mod:`~lakeshore.daemon.pool_growth`): a daemon of small runs keeps about
 one worker per core, one of longer runs one per run.
 
+While runs are small (:data:`PIPELINE_BELOW_S`), a run that finds no idle worker is queued
+on a busy one (*pipelined*, at most :data:`PIPELINE_DEPTH` behind its running call): a batch
+of calls costs one wake-up each way, not one per run. A call queued behind one that has
+run :data:`WITHDRAW_AFTER_S` is asked back and goes to the next worker free; a stop signals
+a worker only once the calls behind the one it stops are back (see
+:mod:`~lakeshore.daemon.worker_main` for the wire).
+
 A worker process is not reused after it crashed, was stopped, answered that a module it
 imported has changed on disk (the run goes to a fresh worker, so an edited module is
 imported again), or ran ``max_runs`` runs.
 
 A worker's stdout and stderr during runs are two pipes made when it starts, read by the
-daemon for as long as it lives and fed to the current run's capture. A worker answers
-only after it has flushed, and the daemon then reads what the pipes hold before the run
-is over: what a run printed is the run's alone, all of it, and costs no pipes of its own.
+daemon for as long as it lives and fed to the capture of the run that wrote it: a worker
+flushes and writes its mark on both after each run, then answers, and the daemon reads
+what the pipes hold before the run is over: what a run printed is the run's alone, all of
+it, and costs no pipes of its own.
 A run whose processes outlive it (they hold the pipes) retires its worker: what they print
 goes to that run for at most :data:`~lakeshore.daemon.policies.stopping.DRAIN_S`, then
 whatever carries the run's ``LAKESHORE_RUN`` mark is killed
@@ -34,16 +42,19 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from lakeshore.daemon import pool_growth, worker_main
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
-from lakeshore.daemon.pool_growth import Ewma
+from lakeshore.daemon.pool_growth import LONG_RUN_S, Ewma
 from lakeshore.daemon.reaper import RUN_MARK, RunProcesses
 from lakeshore.daemon.worker_main import Call, Done, Stale
 from lakeshore.model import RemoteError
@@ -64,6 +75,14 @@ START_S = 0.1
 #: Longest wait for a started worker to say it is ready (seconds): an interpreter's start
 #: on a loaded machine, not the user's imports (they happen in the first run).
 READY_TIMEOUT_S = 60.0
+#: Runs are queued on a busy worker (pipelined) while the pool's mean run time is below
+#: this (seconds): the small runs whose cost is the wake-ups of a round trip each.
+PIPELINE_BELOW_S = LONG_RUN_S
+#: Most calls queued on a worker behind its running one.
+PIPELINE_DEPTH = 4
+#: A call queued behind one that has run this long (seconds) is asked back, and none is
+#: queued behind it: no run waits out a long one it was queued behind.
+WITHDRAW_AFTER_S = 0.05
 #: Most bytes read from a worker's pipe at once.
 _READ_BYTES = 1 << 16
 #: Most characters logged of what a worker writes between runs.
@@ -84,20 +103,91 @@ class _Exit(asyncio.SubprocessProtocol):
         self.exited.set()
 
 
-class _Output:
-    """A worker's stdout and stderr pipes (the read ends), fed to the current run's
-    capture; what comes between runs goes to the daemon's log."""
+class _Pipe:
+    """One output pipe of a worker: its bytes go to the capture of the run that wrote them
+    (the runs in order; a mark ends each), between runs to the daemon's log."""
 
-    def __init__(self, pid: int, out_r: int, err_r: int) -> None:
-        self._pid = pid
+    def __init__(self, pid: int, fd: int, mark: bytes, stderr: bool) -> None:
+        self._pid, self.fd, self._mark, self._stderr = pid, fd, mark, stderr
+        #: the captures of the runs sent and not yet past their mark, in order
+        self.captures: deque[Capture] = deque()
+        #: where bytes go when no run is on (a run that left processes behind)
+        self.lingering: Capture | None = None
+        #: the end of what was read that may be the start of a mark
+        self._held = b""
+
+    def feed(self, data: bytes) -> None:
+        data = self._held + data
+        self._held = b""
+        while data:
+            at = data.find(self._mark)
+            if at < 0:
+                keep = _partial(data, self._mark)
+                if keep:
+                    data, self._held = data[:-keep], data[-keep:]
+                self._give(data)
+                return
+            self._give(data[:at])
+            data = data[at + len(self._mark) :]
+            if self.captures:
+                self.captures.popleft()
+
+    def _give(self, data: bytes) -> None:
+        if not data:
+            return
+        capture = self.captures[0] if self.captures else self.lingering
+        if capture is None:
+            log.info("worker %d, between runs: %r", self._pid, data[:_STRAY_CHARS])
+        elif self._stderr:
+            capture.feed_stderr(data)
+        else:
+            capture.feed(data)
+
+    def flush(self) -> None:
+        """Give what was held back as a possible mark (the pipe has ended)."""
+        held, self._held = self._held, b""
+        self._give(held)
+
+
+def _partial(data: bytes, mark: bytes) -> int:
+    """How many bytes at the end of ``data`` are the start of ``mark`` (0: none)."""
+    at = data.rfind(mark[:1], max(0, len(data) - len(mark) + 1))
+    while at >= 0:
+        if mark.startswith(data[at:]):
+            return len(data) - at
+        at = data.find(mark[:1], at + 1)
+    return 0
+
+
+class _Output:
+    """A worker's stdout and stderr pipes (the read ends), fed to the captures of its runs
+    (:class:`_Pipe`); what comes between runs goes to the daemon's log."""
+
+    def __init__(self, pid: int, out_r: int, err_r: int, mark: bytes) -> None:
+        self._pipes = {out_r: _Pipe(pid, out_r, mark, False), err_r: _Pipe(pid, err_r, mark, True)}
         self._open = {out_r: True, err_r: True}
-        self._out, self._err = out_r, err_r
-        self.capture: Capture | None = None
         self.closed = asyncio.Event()
         loop = asyncio.get_running_loop()
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._read, fd)
+
+    def expect(self, capture: Capture) -> None:
+        """A run was sent: what comes after the marks of the runs before is its."""
+        for pipe in self._pipes.values():
+            pipe.captures.append(capture)
+
+    def forget(self, capture: Capture) -> None:
+        """A run sent will not start (withdrawn): it writes nothing, and no mark."""
+        for pipe in self._pipes.values():
+            with contextlib.suppress(ValueError):
+                pipe.captures.remove(capture)
+
+    def linger(self, capture: Capture | None) -> None:
+        """What comes between runs from now on goes to ``capture`` (processes a run left
+        behind write to the pipes), not to the log."""
+        for pipe in self._pipes.values():
+            pipe.lingering = capture
 
     def _read(self, fd: int) -> bool:
         """Take what ``fd`` holds now; whether it has more (``False`` at its end)."""
@@ -110,22 +200,18 @@ class _Output:
         if not data:
             self._close(fd)
             return False
-        if self.capture is None:
-            log.info("worker %d, between runs: %r", self._pid, data[:_STRAY_CHARS])
-        elif fd == self._out:
-            self.capture.feed(data)
-        else:
-            self.capture.feed_stderr(data)
+        self._pipes[fd].feed(data)
         return len(data) == _READ_BYTES
 
     def drain(self) -> None:
         """Take everything the pipes hold now."""
-        for fd in (self._out, self._err):
+        for fd in self._pipes:
             while self._open.get(fd) and self._read(fd):
                 pass
 
     def _close(self, fd: int) -> None:
         if self._open.pop(fd, None) is not None:
+            self._pipes[fd].flush()
             asyncio.get_running_loop().remove_reader(fd)
             os.close(fd)
         if not self._open:
@@ -136,15 +222,28 @@ class _Output:
             self._close(fd)
 
 
-class _Answers(asyncio.Protocol):
-    """The worker's end of the socket, read for as long as it lives: its frames, one
-    awaited at a time."""
+#: What a call's future holds when the worker gave the call back unstarted.
+WITHDRAWN = "withdrawn"
 
-    def __init__(self) -> None:
+
+class _Sent:
+    """A call sent to a worker and not yet answered."""
+
+    __slots__ = ("capture", "future", "asked", "kept")
+
+    def __init__(self, capture: Capture, future: asyncio.Future[Any]) -> None:
+        self.capture, self.future = capture, future
+        #: a withdraw of it was asked; it was kept (it had started)
+        self.asked = self.kept = False
+
+
+class _Answers(asyncio.Protocol):
+    """The worker's end of the socket, read for as long as it lives: each frame to its
+    worker as it comes."""
+
+    def __init__(self, on_frame: Any, on_lost: Any) -> None:
         self._buf = bytearray()
-        self._waiter: asyncio.Future[worker_main.Frame | None] | None = None
-        self._frames: list[worker_main.Frame] = []
-        self._lost = False
+        self._on_frame, self._on_lost = on_frame, on_lost
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -155,32 +254,19 @@ class _Answers(asyncio.Protocol):
                 break
             frame = worker_main.decode(bytes(self._buf[worker_main.HEADER.size : end]))
             del self._buf[:end]
-            self._frames.append(frame)
-        self._wake()
+            self._on_frame(frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done() and (self._frames or self._lost):
-            self._waiter.set_result(self._frames.pop(0) if self._frames else None)
-
-    async def next(self) -> worker_main.Frame | None:
-        """The next frame; ``None`` once the worker has closed its end (or died)."""
-        if self._frames:
-            return self._frames.pop(0)
-        if self._lost:
-            return None
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            return await self._waiter
-        finally:
-            self._waiter = None
+        self._on_lost()
 
 
 class WorkerProcess:
-    """One worker process: its socket to the daemon, its exit, how many runs it did."""
+    """One worker process: its socket to the daemon, its exit, the calls it holds.
+
+    Calls are answered in the order they were sent (the worker runs them so): the oldest
+    unanswered one is running, or about to; when the worker dies, that one died with it
+    and the others never started (they come back :data:`WITHDRAWN`), unless the daemon
+    closed the worker itself (it does so only once the worker runs nothing more)."""
 
     def __init__(
         self,
@@ -188,14 +274,26 @@ class WorkerProcess:
         exit_: _Exit,
         output: _Output,
         key: tuple[tuple[str, str], ...],
+        on_answer: Callable[[WorkerProcess], None] = lambda w: None,
     ) -> None:
         self._transport, self._exit = transport, exit_
+        self._on_answer = on_answer
         self.output = output
-        self._answers = _Answers()
+        self._answers = _Answers(self._on_frame, self._on_lost)
+        self._ready = asyncio.get_running_loop().create_future()
         self._channel: asyncio.BaseTransport | None = None
         self.key = key
         self.pid = transport.get_pid()
+        #: calls sent, ever
         self.runs = 0
+        self._next_id = 0
+        #: calls sent and not answered, oldest (the running one) first
+        self._sent: dict[int, _Sent] = {}
+        #: when the oldest unanswered call began (loop time), about
+        self.head_since = 0.0
+        self._closing = False
+        #: set at each frame from the worker (and when it is gone)
+        self._heard = asyncio.Event()
         #: still fit for another run
         self.healthy = True
 
@@ -209,10 +307,10 @@ class WorkerProcess:
         self._channel, _ = await loop.create_unix_connection(lambda: self._answers, sock=sock)
         try:
             async with asyncio.timeout(timeout_s):
-                ready = await self._answers.next()
+                ready = await self._ready
         except TimeoutError:
-            ready = None
-        if not isinstance(ready, worker_main.Ready):
+            ready = False
+        if not ready:
             code = self.returncode
             why = f"exited with status {code}" if code is not None else "did not answer"
             raise OSError(
@@ -228,15 +326,99 @@ class WorkerProcess:
     def returncode(self) -> int | None:
         return self._transport.get_returncode()
 
-    async def call(self, call: Call, capture: Capture) -> Done | Stale | None:
-        """Send ``call``, its output to ``capture``; its answer, or ``None`` when the worker
-        died (or closed its end) first."""
+    @property
+    def outstanding(self) -> int:
+        """Calls sent and not answered."""
+        return len(self._sent)
+
+    def running(self, future: asyncio.Future[Any]) -> bool:
+        """Whether the call of ``future`` is the oldest unanswered one (it runs), or was
+        kept when its withdraw was asked."""
+        first = next(iter(self._sent.values()), None)
+        if first is not None and first.future is future:
+            return True
+        return any(s.kept for s in self._sent.values() if s.future is future)
+
+    def send(self, call: Call, capture: Capture) -> asyncio.Future[Done | Stale | str | None]:
+        """Send ``call``; its output goes to ``capture``. The future holds its answer,
+        :data:`WITHDRAWN`, or ``None`` when the worker died while running it."""
         assert self._channel is not None
+        loop = asyncio.get_running_loop()
         self.runs += 1
-        self.output.capture = capture
-        self._channel.write(worker_main.encode(call))  # type: ignore[attr-defined]
-        answer = await self._answers.next()
-        return answer if isinstance(answer, (Done, Stale)) else None
+        self._next_id += 1
+        future: asyncio.Future[Done | Stale | str | None] = loop.create_future()
+        if not self._sent:
+            self.head_since = loop.time()
+        self._sent[self._next_id] = _Sent(capture, future)
+        self.output.expect(capture)
+        frame = msgspec.structs.replace(call, id=self._next_id)
+        self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
+        return future
+
+    def _ask_back(self, futures: Collection[asyncio.Future[Any]] | None) -> list[int]:
+        """Ask the worker for the calls behind its running one (those of ``futures``, or
+        all) back, with :data:`~lakeshore.daemon.worker_main.WITHDRAW_SIGNAL` so that a
+        long run does not hold the question; the ids in question (asked now or before)."""
+        behind = list(self._sent.items())[1:]
+        ids = [i for i, s in behind if futures is None or s.future in futures]
+        new = [i for i in ids if not self._sent[i].asked]
+        if new and self._channel is not None and not self._channel.is_closing():
+            for i in new:
+                self._sent[i].asked = True
+            frame = worker_main.Withdraw(ids=new)
+            self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.pid, worker_main.WITHDRAW_SIGNAL)
+        return ids
+
+    def withdraw_later(self) -> None:
+        """Ask for the calls behind the running one back; each one's future tells."""
+        self._ask_back(None)
+
+    async def withdraw(self, futures: Collection[asyncio.Future[Any]] | None = None) -> None:
+        """Ask for the calls behind the running one (those of ``futures``, or all) back,
+        and wait until the worker said which it gave back (their futures hold
+        :data:`WITHDRAWN`) and which it had begun."""
+        ids = self._ask_back(futures)
+        while any(i in self._sent and not self._sent[i].kept for i in ids):
+            self._heard.clear()
+            await self._heard.wait()
+
+    def _resolve(self, call_id: int, value: Any) -> None:
+        sent = self._sent.pop(call_id, None)
+        if sent is None:
+            return
+        if value == WITHDRAWN or isinstance(value, Stale):
+            self.output.forget(sent.capture)
+        if not sent.future.done():
+            sent.future.set_result(value)
+
+    def _on_frame(self, frame: worker_main.Frame) -> None:
+        self._heard.set()
+        match frame:
+            case worker_main.Ready():
+                if not self._ready.done():
+                    self._ready.set_result(True)
+            case Done(id=i) | Stale(id=i):
+                if isinstance(frame, Stale) or frame.left:
+                    self.healthy = False  # it runs nothing more
+                self._resolve(i, frame)
+                self.head_since = asyncio.get_running_loop().time()
+                self._on_answer(self)
+            case worker_main.Withdrawn(ids=ids, kept=kept):
+                for i in ids:
+                    self._resolve(i, WITHDRAWN)
+                for i in kept:
+                    if (sent := self._sent.get(i)) is not None:
+                        sent.kept = True
+                self._on_answer(self)
+
+    def _on_lost(self) -> None:
+        self._heard.set()
+        if not self._ready.done():
+            self._ready.set_result(False)
+        for n, call_id in enumerate(list(self._sent)):
+            self._resolve(call_id, None if n == 0 and not self._closing else WITHDRAWN)
 
     def signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -246,6 +428,7 @@ class WorkerProcess:
         """End it: its socket closed (it exits when it reads that), SIGTERM if it lingers,
         SIGKILL after :data:`CLOSE_WAIT_S`; its group is killed either way."""
         self.healthy = False
+        self._closing = True
         if self._channel is not None:
             self._channel.close()
         with contextlib.suppress(TimeoutError):
@@ -289,7 +472,7 @@ class Pool:
         self._marks = dict(marks or {})
         self._size, self._max_runs = size, max_runs
         self._idle: list[WorkerProcess] = []
-        #: busy workers and when their run began (loop time)
+        #: workers holding calls (and when they were taken)
         self._busy: dict[WorkerProcess, float] = {}
         #: workers being started, per environment: when each start began
         self._starting: dict[tuple[tuple[str, str], ...], list[float]] = {}
@@ -333,25 +516,29 @@ class Pool:
         Raises:
             OSError: no worker process could be started.
         """
-        call = Call(fn=ref, args=args, kwargs=kwargs, env={**run_env, RUN_MARK: mark})
+        call = Call(id=0, fn=ref, args=args, kwargs=kwargs, env={**run_env, RUN_MARK: mark})
         key = tuple(sorted(env.items()))
         while True:
             worker = await self._take(key)
             answer = await self._run_on(worker, call, mark, grace_s, capture)
+            if answer == WITHDRAWN:
+                continue  # it never started there: the next worker free runs it
             if isinstance(answer, Stale):
                 log.info("worker %d: %s changed; a new worker runs %s", worker.pid, answer.path,
                          ref)  # fmt: skip
                 continue
+            assert not isinstance(answer, str)
             return answer, worker.returncode if answer is None else None
 
     async def _run_on(
         self, worker: WorkerProcess, call: Call, mark: str, grace_s: float, capture: Capture
-    ) -> Done | Stale | None:
+    ) -> Done | Stale | str | None:
         loop = asyncio.get_running_loop()
         procs = RunProcesses(worker.pid, mark)
-        answer: Done | Stale | None = None
+        future = worker.send(call, capture)
+        answer: Done | Stale | str | None = None
         try:
-            answer = await worker.call(call, capture)
+            answer = await self._answer(worker, future)
             if answer is None:  # it died: let the kernel finish with it
                 worker.healthy = False
                 with contextlib.suppress(TimeoutError):
@@ -359,7 +546,20 @@ class Pool:
                         await worker.exited.wait()
             return answer
         except asyncio.CancelledError:
+            if not future.done() and not worker.running(future):
+                await worker.withdraw([future])  # queued: taken back unless it just began
+            if future.done():  # it never started, or ended before the stop: nothing to stop
+                answer = future.result()
+                raise
+            # Only the call known to run may get the signals: the calls behind it come
+            # back first (they never start), or the worker dies with them unstarted.
             worker.healthy = False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await worker.withdraw()
+            if future.done():
+                answer = future.result()
+                raise
             began = loop.time()
             try:
                 capture.stopped = await stop(procs.signal, worker.exited, grace_s, capture.on_term)
@@ -368,44 +568,110 @@ class Pool:
                 raise
             raise
         finally:
-            await self._end(worker, answer, procs)
+            await self._end(worker, answer, procs, capture)
+
+    async def _answer(
+        self, worker: WorkerProcess, future: asyncio.Future[Done | Stale | str | None]
+    ) -> Done | Stale | str | None:
+        """The call's answer. A call queued behind one that has run
+        :data:`WITHDRAW_AFTER_S` is asked back (with the others queued there): it goes to
+        the next worker free instead of waiting out a long run."""
+        loop = asyncio.get_running_loop()
+        while not future.done():
+            if worker.running(future):
+                await asyncio.wait((future,))
+                break
+            await asyncio.wait((future,), timeout=WITHDRAW_AFTER_S)
+            queued = not future.done() and not worker.running(future)
+            if queued and loop.time() - worker.head_since >= WITHDRAW_AFTER_S:
+                worker.withdraw_later()
+        return future.result()
 
     async def _end(
-        self, worker: WorkerProcess, answer: Done | Stale | None, procs: RunProcesses
+        self,
+        worker: WorkerProcess,
+        answer: Done | Stale | str | None,
+        procs: RunProcesses,
+        capture: Capture,
     ) -> None:
         """The run is over: its output is taken, its leftovers are killed, and the worker
         goes back to the pool or is ended."""
+        if answer == WITHDRAWN:  # it never ran there
+            return
         output = worker.output
         try:
             if isinstance(answer, Done):
                 self._run_s.add(answer.run_s)
-            # Flushed before it answered: what the run wrote is in the pipes now.
+            # Marked before it answered: what the run wrote is in the pipes now.
             output.drain()
             left = answer is None or (isinstance(answer, Done) and answer.left)
-            healthy = isinstance(answer, Done) and not left and worker.healthy
-            if healthy and (self._max_runs is None or worker.runs < self._max_runs):
-                output.capture = None
-                self._give_back(worker)
-                return
+            if isinstance(answer, Done) and not left and worker.healthy:
+                return  # it went back to the pool with its last answer (_answered)
+            worker.healthy = False  # it runs nothing more (it gives back what it holds)
             self._busy.pop(worker, None)
             if left:  # its processes (or a dying worker's) may still write for a moment
+                output.linger(capture)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(DRAIN_S):
                         await output.closed.wait()
                 output.drain()
-            output.capture = None
+            output.linger(None)
             await asyncio.to_thread(procs.kill, group=not worker.exited.is_set())
             await worker.close()
         except BaseException:
-            output.capture = None
+            output.linger(None)
             self._busy.pop(worker, None)
             procs.kill(group=True)
             worker.signal(signal.SIGKILL)
             raise
 
+    def _answered(self, worker: WorkerProcess) -> None:
+        """A worker answered a call: another run may be queued on it now; once it holds
+        nothing it is free, or ended (its ``max_runs`` are done). An unhealthy one is ended
+        by the run that made it so."""
+        if not worker.healthy or worker not in self._busy:
+            return
+        if worker.outstanding:
+            self._offer(worker)
+        elif self._max_runs is None or worker.runs < self._max_runs:
+            self._give_back(worker)
+        else:
+            self._busy.pop(worker, None)
+            self._spawn_task(worker.close())
+
+    def _pipelines(self, worker: WorkerProcess) -> bool:
+        """Whether a run may be queued on busy ``worker`` (*pipelined calls*): the runs are
+        small, it holds fewer than :data:`PIPELINE_DEPTH` behind its running one, and that
+        one has not run :data:`WITHDRAW_AFTER_S` yet."""
+        mean = self._run_s.value
+        return (
+            mean is not None
+            and mean < PIPELINE_BELOW_S
+            and worker.healthy
+            and 0 < worker.outstanding <= PIPELINE_DEPTH
+            and asyncio.get_running_loop().time() - worker.head_since < WITHDRAW_AFTER_S
+            and (self._max_runs is None or worker.runs < self._max_runs)
+        )
+
+    def _pipelined(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess | None:
+        """The busy worker of ``key``'s environment a run may be queued on, fewest held
+        first."""
+        fit = [w for w in self._busy if w.key == key and self._pipelines(w)]
+        return min(fit, key=lambda w: w.outstanding, default=None)
+
+    def _offer(self, worker: WorkerProcess) -> None:
+        """Queue the first run waiting for ``worker``'s environment on it, if it may."""
+        if not self._pipelines(worker):
+            return
+        for key, fut in self._waiting:
+            if key == worker.key and not fut.done():
+                fut.set_result(worker)
+                return
+
     async def _take(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess:
-        """An idle worker started with ``key``'s environment, or the first one of it that
-        frees or starts while the run waits."""
+        """An idle worker started with ``key``'s environment, a busy one whose small runs
+        may queue this one behind them, or the first one of it that frees or starts while
+        the run waits."""
         worker = self._idle_of(key)
         if worker is not None:
             return worker
@@ -415,12 +681,15 @@ class Pool:
         try:
             while not fut.done():
                 self._grow(key)
+                worker = self._pipelined(key)
+                if worker is not None and not fut.done():
+                    return worker
                 # Looked at again after a start's time: a busy run may prove long.
                 await asyncio.wait({fut}, timeout=self._start_s.value)
             return fut.result()
         except BaseException:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
-                self._give_back(fut.result())  # handed over as this run was cancelled
+                self._answered(fut.result())  # handed over as this run was cancelled
             fut.cancel()
             raise
         finally:
@@ -454,7 +723,7 @@ class Pool:
         assert start_s is not None
         if not pool_growth.should_start(
             position,
-            busy_s=[now - t for w, t in self._busy.items() if w.key == key],
+            busy_s=[now - w.head_since for w in self._busy if w.key == key],
             starting_s=[now - t for t in starting],
             mean_s=self._run_s.value,
             start_s=start_s,
@@ -505,10 +774,12 @@ class Pool:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        token = secrets.token_hex(16)
         env = {
             **self._base_env,
             **dict(key),
             **self._marks,
+            worker_main.MARK_VAR: token,
             worker_main.FD_VAR: str(theirs.fileno()),
             worker_main.OUT_VAR: str(out_w),
             worker_main.ERR_VAR: str(err_w),
@@ -540,8 +811,8 @@ class Pool:
             for fd in (out_w, err_w):
                 os.close(fd)
         ours.setblocking(False)
-        output = _Output(transport.get_pid(), out_r, err_r)
-        worker = WorkerProcess(transport, exit_, output, key)
+        output = _Output(transport.get_pid(), out_r, err_r, worker_main.mark(token))
+        worker = WorkerProcess(transport, exit_, output, key, self._answered)
         try:
             await worker.connect(ours, READY_TIMEOUT_S)
         except BaseException:

@@ -7,9 +7,19 @@ its modules must not shadow the user's). It talks to the daemon over a Unix sock
 body:
 
 - worker → daemon, once started: :class:`Ready`;
-- daemon → worker: a :class:`Call` frame;
-- worker → daemon: a :class:`Done` frame, or a :class:`Stale` one when a module it imported
-  earlier has changed on disk since (it exits; the daemon runs the call on a new worker).
+- daemon → worker: :class:`Call` frames, each with an id; while a worker's runs are small
+  the daemon may send a few more before the first is answered (*pipelined calls*: a batch
+  costs one wake-up each way, not one per run); the worker runs them strictly in order;
+- worker → daemon: a :class:`Done` frame per call, or a :class:`Stale` one when a module it
+  imported earlier has changed on disk since (it exits; the daemon runs the call on a new
+  worker);
+- daemon → worker: :class:`Withdraw` (ids of calls it sent), followed by
+  :data:`WITHDRAW_SIGNAL` so that a worker busy in a long run reads it at once (its handler
+  does so only while the user's function runs; otherwise the worker reads it before its next
+  call); the worker answers :class:`Withdrawn`: which of them it took back (they never
+  started, and never will here) and which it kept (started, or already answered). After a
+  stop, a stale module or a run that left processes behind, the worker runs nothing more:
+  it answers every call it holds or gets ``Withdrawn`` unasked.
 
 It imports little (``asyncio``, ``hashlib`` and ``traceback`` only when a run needs them):
 a worker's start is on the path of a run that waits for one.
@@ -17,8 +27,11 @@ a worker's start is on the path of a run that waits for one.
 During a run, fds 1 and 2 are the worker's output pipes (their fds in
 ``LAKESHORE_WORKER_OUT`` and ``LAKESHORE_WORKER_ERR``; so ``print``, ``logging`` —
 configured at ``INFO`` on stderr — and any subprocess the function starts write to the
-run's output); between runs they are the worker's own. It answers only after flushing
-both, so the daemon has all a run wrote when the answer comes. ``SIGTERM`` during a run
+run's output); between runs they are the worker's own. After a run it flushes both and
+writes the worker's *mark* (``\\0`` + a random token from ``LAKESHORE_WORKER_MARK`` +
+``\\0``) to each, then answers: the daemon gives what comes before a mark to the run it
+ends, what comes after to the next (pipelined runs share the pipes), and has all a run
+wrote when its answer comes. ``SIGTERM`` during a run
 raises :class:`lakeshore.RunStopped` in the function, so its ``finally:`` and checkpoint code
 run; the worker then answers and exits (a stopped worker is never reused). ``SIGTERM`` between
 runs exits.
@@ -34,6 +47,7 @@ import socket
 import struct
 import sys
 import time
+from collections import deque
 from typing import Any
 
 import msgspec
@@ -49,13 +63,24 @@ PARENT_VAR = "LAKESHORE_WORKER_PARENT"
 CODE_DIR_VAR = "LAKESHORE_CODE_DIR"
 #: The digest of the run's code snapshot (every run that has one sees it).
 CODE_VAR = "LAKESHORE_CODE"
+#: The token of the mark written to the output pipes after each run.
+MARK_VAR = "LAKESHORE_WORKER_MARK"
 #: Frame header: the body's length.
 HEADER = struct.Struct(">I")
+#: Sent by the daemon after a :class:`Withdraw`, to the worker alone (not its group).
+WITHDRAW_SIGNAL = signal.SIGRTMIN + 3 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+
+
+def mark(token: str) -> bytes:
+    """The bytes a worker with ``token`` writes to its output pipes after each run."""
+    return b"\0" + token.encode() + b"\0"
 
 
 class Call(msgspec.Struct, frozen=True, tag="call"):
     """One function run."""
 
+    #: the call's number on this worker (its answer carries it)
+    id: int
     fn: str
     args: list[Any]
     kwargs: dict[str, Any]
@@ -66,6 +91,7 @@ class Call(msgspec.Struct, frozen=True, tag="call"):
 class Done(msgspec.Struct, frozen=True, tag="done"):
     """How the run ended: its value, or its error as ``(type, message, traceback)``."""
 
+    id: int
     ok: bool
     value: Any = None
     error: tuple[str, str, str] | None = None
@@ -86,10 +112,24 @@ class Ready(msgspec.Struct, frozen=True, tag="ready"):
 class Stale(msgspec.Struct, frozen=True, tag="stale"):
     """A module imported by an earlier run changed on disk: this worker does not run it."""
 
+    id: int
     path: str
 
 
-Frame = Call | Ready | Done | Stale
+class Withdraw(msgspec.Struct, frozen=True, tag="withdraw"):
+    """The daemon takes back these calls if they have not started."""
+
+    ids: list[int]
+
+
+class Withdrawn(msgspec.Struct, frozen=True, tag="withdrawn"):
+    """Calls taken back (never started here), and those asked for that were kept."""
+
+    ids: list[int]
+    kept: list[int] = []
+
+
+Frame = Call | Ready | Done | Stale | Withdraw | Withdrawn
 
 
 class RunStopped(BaseException):
@@ -123,14 +163,23 @@ RECV_BYTES = 1 << 16
 
 
 class _Worker:
-    def __init__(self, sock: socket.socket, out: int, err: int) -> None:
+    def __init__(self, sock: socket.socket, out: int, err: int, token: str) -> None:
         self._sock = sock
         #: what was read of the socket and not yet taken as a frame
         self._inbox = bytearray()
+        #: calls received and not yet started, in order
+        self._queue: deque[Call] = deque()
+        self._closed = False
         self._out, self._err = out, err
+        self._mark = mark(token)
         self._own_out, self._own_err = os.dup(1), os.dup(2)
         self._running = False
+        #: the user's function is on the stack (a withdraw's handler may read the socket)
+        self._in_call = False
+        self._in_handler = False
         self._stopped = False
+        #: it runs nothing more: every call it holds or gets is withdrawn
+        self._retired = False
         #: (path, mtime_ns, size) of the files of the modules imported so far, not stdlib's
         #: nor site-packages'
         self._files: dict[str, tuple[int, int]] = {}
@@ -142,20 +191,56 @@ class _Worker:
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C is its to handle
-        while (call := self._receive()) is not None:
+        signal.signal(WITHDRAW_SIGNAL, self._on_withdraw)
+        signal.siginterrupt(WITHDRAW_SIGNAL, False)  # the run's own system calls go on
+        while True:
+            self._take(block=not self._queue)  # what came meanwhile, withdraws first
+            if self._closed:
+                return  # the daemon closed its end: what it sent is not awaited
+            if self._retired:
+                self._withdraw_all()
+            if not self._queue:
+                continue
+            call = self._queue.popleft()
             changed = self._changed()
             if changed is not None:
-                self._send(Stale(path=changed))
+                self._send(Stale(id=call.id, path=changed))
+                self._retire()
                 return
-            self._send(self._run(call))
+            done = self._run(call)
+            self._send(done)
             if self._stopped:
+                self._retire()
                 return
+            if done.left:
+                self._retire()  # served on until the daemon closes its end
+
+    def _retire(self) -> None:
+        self._retired = True
+        self._withdraw_all()
+
+    def _withdraw_all(self) -> None:
+        if self._queue:
+            ids = [c.id for c in self._queue]
+            self._queue.clear()
+            self._send(Withdrawn(ids=ids))
 
     def _on_term(self, signum: int, frame: Any) -> None:
         if not self._running:
             raise SystemExit(0)
         self._stopped = True
         raise _stop_class()("the run was stopped (SIGTERM)")
+
+    def _on_withdraw(self, signum: int, frame: Any) -> None:
+        """Read what the daemon sent while the user's function runs (between runs the
+        worker reads it itself, before its next call)."""
+        if not self._in_call or self._in_handler:
+            return
+        self._in_handler = True
+        try:
+            self._take(block=False)
+        finally:
+            self._in_handler = False
 
     def _run(self, call: Call) -> Done:
         saved = {k: os.environ.get(k) for k in call.env}
@@ -166,10 +251,14 @@ class _Worker:
         began = time.perf_counter()
         try:
             try:
-                value = _call(call.fn, call.args, call.kwargs)
-                done = Done(ok=True, value=msgspec.to_builtins(value))
+                self._in_call = True
+                try:
+                    value = _call(call.fn, call.args, call.kwargs)
+                finally:
+                    self._in_call = False
+                done = Done(id=call.id, ok=True, value=msgspec.to_builtins(value))
             except BaseException as e:  # noqa: BLE001 - the run's failure, whatever it is
-                done = Done(ok=False, error=_error(e))
+                done = Done(id=call.id, ok=False, error=_error(e))
             # The answer must go out even if SIGTERM comes now: the run is over.
             self._running = False
             for stream in (sys.stdout, sys.stderr):
@@ -179,8 +268,15 @@ class _Worker:
                     pass  # a closed or broken pipe: nothing more to say on it
         except (RunStopped, _stop_class()):  # SIGTERM between the call and here
             self._running = False
-            done = Done(ok=False, error=("RunStopped", "the run was stopped (SIGTERM)", ""))
+            error = ("RunStopped", "the run was stopped (SIGTERM)", "")
+            done = Done(id=call.id, ok=False, error=error)
         finally:
+            self._in_call = False
+            for fd in (self._out, self._err):
+                try:
+                    os.write(fd, self._mark)
+                except OSError:
+                    pass  # the daemon is gone: nothing reads the pipes
             os.dup2(self._own_out, 1)
             os.dup2(self._own_err, 2)
             for k, v in saved.items():
@@ -195,28 +291,42 @@ class _Worker:
             done, code_version=version, left=_left_children(), run_s=run_s
         )
 
-    def _receive(self) -> Call | None:
-        """The next call; ``None`` once the daemon has closed its end. Frames are read in
-        as big pieces as come (a piece may end inside a frame, or hold the next one)."""
-        while True:
-            if len(self._inbox) >= HEADER.size:
-                (size,) = HEADER.unpack_from(self._inbox)
-                end = HEADER.size + size
-                if len(self._inbox) >= end:
-                    frame = decode(bytes(self._inbox[HEADER.size : end]))
-                    del self._inbox[:end]
-                    assert isinstance(frame, Call)
-                    return frame
+    def _take(self, *, block: bool) -> None:
+        """Read what the socket holds (waiting for something when ``block``) and take its
+        frames: calls are queued, withdraws answered. Frames are read in as big pieces as
+        come (a piece may end inside a frame, or hold the next one)."""
+        while not self._closed:
             try:
-                piece = self._sock.recv(RECV_BYTES)
-            except (ConnectionError, OSError):
-                return None
+                piece = self._sock.recv(RECV_BYTES, 0 if block else socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                piece = b""
             if not piece:
-                return None  # the daemon closed its end: exit
+                self._closed = True  # the daemon closed its end: exit once idle
+                break
             self._inbox += piece
+            block = False
+        while len(self._inbox) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._inbox)
+            end = HEADER.size + size
+            if len(self._inbox) < end:
+                break
+            frame = decode(bytes(self._inbox[HEADER.size : end]))
+            del self._inbox[:end]
+            if isinstance(frame, Call):
+                self._queue.append(frame)
+            elif isinstance(frame, Withdraw):
+                asked = set(frame.ids)
+                taken = [c.id for c in self._queue if c.id in asked]
+                self._queue = deque(c for c in self._queue if c.id not in asked)
+                self._send(Withdrawn(ids=taken, kept=sorted(asked.difference(taken))))
 
     def _send(self, frame: Frame) -> None:
-        self._sock.sendall(encode(frame))
+        try:
+            self._sock.sendall(encode(frame))
+        except OSError:
+            self._closed = True  # the daemon is gone
 
     def _remember(self) -> None:
         """Note the files of the modules imported since the last run, as they are now (a
@@ -389,7 +499,7 @@ def main() -> None:
     out, err = int(os.environ.pop(OUT_VAR)), int(os.environ.pop(ERR_VAR))
     for fd in (out, err):
         os.set_inheritable(fd, False)  # a run's subprocesses get them as their fds 1 and 2
-    worker = _Worker(sock, out, err)
+    worker = _Worker(sock, out, err, os.environ.pop(MARK_VAR))
     sock.sendall(encode(Ready()))
     worker.serve()
 

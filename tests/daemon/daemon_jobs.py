@@ -158,3 +158,32 @@ def meet(directory: str, n: int) -> int:
             raise TimeoutError(f"only {len(list(here.iterdir()))} of {n} runs met")
         time.sleep(0.01)
     return os.getpid()
+
+
+def says(text: str) -> str:
+    """Writes ``text`` to stdout and to stderr."""
+    print(text)
+    print(text, file=sys.stderr)
+    return text
+
+
+def waits_for(path: str) -> int:
+    """Waits (at most 60 s) until ``path`` exists; its pid."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never came")
+        time.sleep(0.005)
+    return os.getpid()
+
+
+def touches(path: str) -> int:
+    """Creates ``path``; its pid."""
+    pathlib.Path(path).touch()
+    return os.getpid()
+
+
+def dies_when(path: str) -> None:
+    """Waits for ``path``, then its process dies of SIGKILL."""
+    waits_for(path)
+    os.kill(os.getpid(), signal.SIGKILL)

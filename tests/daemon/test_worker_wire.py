@@ -1,23 +1,170 @@
-"""The worker process's wire: frames read however the socket delivers them."""
+"""The worker processes' wire and pipelined calls: calls answered in order, what each wrote
+its own, a call queued behind a long run taken back, stops and crashes touching only the
+call that runs. Real worker processes of a real :class:`Pool`; no daemon."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import AsyncIterator
 
-from lakeshore.daemon import worker_main
-from lakeshore.daemon.pool import Pool
+import pytest
+import pytest_asyncio
+from polling import eventually
+
+from lakeshore.daemon import pool as pool_module
+from lakeshore.daemon.pool import Pool, WorkerProcess
+from lakeshore.daemon.runner import Capture
 from lakeshore.daemon.worker_main import Call, Done
 
+WAIT_S = 30.0
 
-async def test_calls_written_back_to_back_are_each_answered_in_order():
-    pool = Pool(dict(os.environ), size=1, max_runs=None)
-    worker = await pool._spawn(())
+
+@pytest_asyncio.fixture
+async def pool(monkeypatch) -> AsyncIterator[Pool]:
+    # One core as far as the pool knows: its small runs queue on the busy worker rather
+    # than start another (on any machine this test runs on).
+    monkeypatch.setattr(pool_module, "_CORES", 1)
+    p = Pool(dict(os.environ), size=2, max_runs=None)
     try:
-        calls = [Call(fn="operator:add", args=[i, 1], kwargs={}, env={}) for i in range(3)]
-        # One write holding three frames: the worker may read them in one piece.
-        worker._channel.write(b"".join(worker_main.encode(c) for c in calls))
-        answers = [await worker._answers.next() for _ in calls]
-        assert all(isinstance(a, Done) and a.ok for a in answers), answers
-        assert [a.value for a in answers] == [1, 2, 3]
+        yield p
+    finally:
+        await p.close()
+
+
+async def _run(
+    p: Pool, fn: str, *args: object, grace_s: float = 5.0
+) -> tuple[Done | None, Capture]:
+    capture = Capture()
+    answer, _ = await p.run(
+        f"daemon_jobs:{fn}", list(args), {}, env={}, run_env={}, mark="m", grace_s=grace_s,
+        capture=capture,
+    )  # fmt: skip
+    return answer, capture
+
+
+async def _warm(p: Pool) -> WorkerProcess:
+    """Small runs until the pool's mean is small (runs may be pipelined); its worker."""
+    for _ in range(100):
+        answer, _ = await _run(p, "add", 1, 2)
+        assert answer is not None and answer.ok
+        if p._run_s.value is not None and p._run_s.value < pool_module.PIPELINE_BELOW_S / 2:
+            break
+    [worker] = p._idle
+    return worker
+
+
+async def _outstanding(worker: WorkerProcess, n: int) -> None:
+    await eventually(
+        lambda: worker.outstanding, until=lambda k: k == n, timeout_s=WAIT_S, what=f"{n} calls held"
+    )
+
+
+async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_output():
+    p = Pool(dict(os.environ), size=1, max_runs=None)
+    worker = await p._spawn(())
+    try:
+        captures = [Capture() for _ in range(50)]
+        # All sent before any is answered: the worker may read them in one piece.
+        futures = [
+            worker.send(Call(id=0, fn="daemon_jobs:says", args=[f"run {i}"], kwargs={}, env={}), c)
+            for i, c in enumerate(captures)
+        ]
+        answers = await asyncio.gather(*futures)
+        assert [a.value for a in answers] == [f"run {i}" for i in range(50)]
+        worker.output.drain()
+        assert [c.text() for c in captures] == [f"run {i}\n" for i in range(50)]
+        assert [c.stderr_text() for c in captures] == [f"run {i}\n" for i in range(50)]
     finally:
         await worker.close()
+        await p.close()
+
+
+async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(pool, tmp_path):
+    worker = await _warm(pool)
+    gate = tmp_path / "gate"
+    monkey_after = pool_module.WITHDRAW_AFTER_S
+    pool_module.WITHDRAW_AFTER_S = 60.0  # nothing is asked back while the gate is shut
+    try:
+        first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
+        await _outstanding(worker, 1)
+        queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(3)]
+        await _outstanding(worker, 4)  # pipelined: sent while the first runs
+        gate.touch()
+        answer, _ = await first
+        assert answer is not None and answer.value == worker.pid
+        results = await asyncio.gather(*queued)
+        assert [(a.value, c.text()) for a, c in results] == [(f"q{i}", f"q{i}\n") for i in range(3)]
+        assert pool.processes == [worker.pid]  # no worker was started for them
+    finally:
+        pool_module.WITHDRAW_AFTER_S = monkey_after
+
+
+async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(pool, tmp_path):
+    worker = await _warm(pool)
+    gate = tmp_path / "gate"
+    first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
+    await _outstanding(worker, 1)
+    behind = tmp_path / "behind"
+    answer, _ = await asyncio.wait_for(_run(pool, "touches", str(behind)), WAIT_S)
+    # It ran while the long one still runs, on another worker.
+    assert answer is not None and answer.ok and answer.value != worker.pid
+    assert behind.exists() and not first.done()
+    gate.touch()
+    answer, _ = await first
+    assert answer is not None and answer.value == worker.pid
+
+
+async def test_a_queued_call_cancelled_never_runs_and_the_running_one_goes_on(pool, tmp_path):
+    worker = await _warm(pool)
+    monkey_after = pool_module.WITHDRAW_AFTER_S
+    pool_module.WITHDRAW_AFTER_S = 60.0
+    try:
+        gate = tmp_path / "gate"
+        first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
+        await _outstanding(worker, 1)
+        never = tmp_path / "never"
+        queued = asyncio.create_task(_run(pool, "touches", str(never)))
+        await _outstanding(worker, 2)
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert worker.outstanding == 1 and worker.healthy
+        gate.touch()
+        answer, capture = await first
+        assert answer is not None and answer.ok and capture.stopped is None
+        assert not never.exists()
+        answer, _ = await _run(pool, "add", 2, 2)  # the worker serves on
+        assert answer is not None and answer.value == 4 and pool.processes == [worker.pid]
+    finally:
+        pool_module.WITHDRAW_AFTER_S = monkey_after
+
+
+@pytest.mark.parametrize("how", ["stopped", "crashed"])
+async def test_a_stop_or_a_crash_of_the_running_call_spares_the_queued_ones(pool, tmp_path, how):
+    worker = await _warm(pool)
+    monkey_after = pool_module.WITHDRAW_AFTER_S
+    pool_module.WITHDRAW_AFTER_S = 60.0
+    try:
+        gate = tmp_path / "gate"
+        fn = "waits_for" if how == "stopped" else "dies_when"
+        first = asyncio.create_task(_run(pool, fn, str(gate), grace_s=2.0))
+        await _outstanding(worker, 1)
+        queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(2)]
+        await _outstanding(worker, 3)
+        if how == "stopped":
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+        else:
+            gate.touch()
+            answer, _ = await first
+            assert answer is None  # it died running it
+        results = await asyncio.gather(*queued)
+        # The queued ones never started there: they ran, whole, on another worker.
+        assert [(a.ok, a.value, c.text()) for a, c in results] == [
+            (True, f"q{i}", f"q{i}\n") for i in range(2)
+        ]
+        assert worker.pid not in pool.processes
+    finally:
+        pool_module.WITHDRAW_AFTER_S = monkey_after
