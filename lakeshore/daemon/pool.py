@@ -226,15 +226,19 @@ class _Output:
 WITHDRAWN = "withdrawn"
 
 
-class _Sent:
-    """A call sent to a worker and not yet answered."""
+class Sent:
+    """A call sent to a worker: its future holds the answer, :data:`WITHDRAWN`, or
+    ``None`` (the worker died running it); ``answered`` and ``value`` tell the same even
+    after the future was cancelled with the task that awaited it."""
 
-    __slots__ = ("capture", "future", "asked", "kept")
+    __slots__ = ("capture", "future", "asked", "kept", "answered", "value")
 
     def __init__(self, capture: Capture, future: asyncio.Future[Any]) -> None:
         self.capture, self.future = capture, future
         #: a withdraw of it was asked; it was kept (it had started)
         self.asked = self.kept = False
+        self.answered = False
+        self.value: Done | Stale | str | None = None
 
 
 class _Answers(asyncio.Protocol):
@@ -288,12 +292,14 @@ class WorkerProcess:
         self.runs = 0
         self._next_id = 0
         #: calls sent and not answered, oldest (the running one) first
-        self._sent: dict[int, _Sent] = {}
+        self._sent: dict[int, Sent] = {}
         #: when the oldest unanswered call began (loop time), about
         self.head_since = 0.0
         self._closing = False
         #: set at each frame from the worker (and when it is gone)
         self._heard = asyncio.Event()
+        #: asks the queued calls back when the running one proves long (_watch_queue)
+        self._timer: asyncio.TimerHandle | None = None
         #: still fit for another run
         self.healthy = True
 
@@ -331,36 +337,48 @@ class WorkerProcess:
         """Calls sent and not answered."""
         return len(self._sent)
 
-    def running(self, future: asyncio.Future[Any]) -> bool:
-        """Whether the call of ``future`` is the oldest unanswered one (it runs), or was
-        kept when its withdraw was asked."""
-        first = next(iter(self._sent.values()), None)
-        if first is not None and first.future is future:
-            return True
-        return any(s.kept for s in self._sent.values() if s.future is future)
+    def running(self, sent: Sent) -> bool:
+        """Whether ``sent`` is the oldest unanswered call (it runs), or was kept when its
+        withdraw was asked."""
+        return sent.kept or next(iter(self._sent.values()), None) is sent
 
-    def send(self, call: Call, capture: Capture) -> asyncio.Future[Done | Stale | str | None]:
-        """Send ``call``; its output goes to ``capture``. The future holds its answer,
-        :data:`WITHDRAWN`, or ``None`` when the worker died while running it."""
+    def send(self, call: Call, capture: Capture) -> Sent:
+        """Send ``call``; its output goes to ``capture``."""
         assert self._channel is not None
         loop = asyncio.get_running_loop()
         self.runs += 1
         self._next_id += 1
-        future: asyncio.Future[Done | Stale | str | None] = loop.create_future()
         if not self._sent:
             self.head_since = loop.time()
-        self._sent[self._next_id] = _Sent(capture, future)
+        sent = self._sent[self._next_id] = Sent(capture, loop.create_future())
         self.output.expect(capture)
         frame = msgspec.structs.replace(call, id=self._next_id)
         self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
-        return future
+        self._watch_queue()
+        return sent
 
-    def _ask_back(self, futures: Collection[asyncio.Future[Any]] | None) -> list[int]:
-        """Ask the worker for the calls behind its running one (those of ``futures``, or
-        all) back, with :data:`~lakeshore.daemon.worker_main.WITHDRAW_SIGNAL` so that a
-        long run does not hold the question; the ids in question (asked now or before)."""
+    def _watch_queue(self) -> None:
+        """Arm the worker's one timer: the calls queued behind its running one are asked
+        back once that one has run :data:`WITHDRAW_AFTER_S`."""
+        if self._timer is None and len(self._sent) > 1:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(self.head_since + WITHDRAW_AFTER_S, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if len(self._sent) < 2:
+            return
+        if asyncio.get_running_loop().time() - self.head_since >= WITHDRAW_AFTER_S:
+            self.withdraw_later()
+        else:  # another call runs now: its own time
+            self._watch_queue()
+
+    def _ask_back(self, calls: Collection[Sent] | None) -> list[int]:
+        """Ask the worker for the calls behind its running one (``calls``, or all) back,
+        with :data:`~lakeshore.daemon.worker_main.WITHDRAW_SIGNAL` so that a long run does
+        not hold the question; the ids in question (asked now or before)."""
         behind = list(self._sent.items())[1:]
-        ids = [i for i, s in behind if futures is None or s.future in futures]
+        ids = [i for i, s in behind if calls is None or s in calls]
         new = [i for i in ids if not self._sent[i].asked]
         if new and self._channel is not None and not self._channel.is_closing():
             for i in new:
@@ -375,11 +393,11 @@ class WorkerProcess:
         """Ask for the calls behind the running one back; each one's future tells."""
         self._ask_back(None)
 
-    async def withdraw(self, futures: Collection[asyncio.Future[Any]] | None = None) -> None:
-        """Ask for the calls behind the running one (those of ``futures``, or all) back,
-        and wait until the worker said which it gave back (their futures hold
-        :data:`WITHDRAWN`) and which it had begun."""
-        ids = self._ask_back(futures)
+    async def withdraw(self, calls: Collection[Sent] | None = None) -> None:
+        """Ask for the calls behind the running one (``calls``, or all) back, and wait
+        until the worker said which it gave back (they hold :data:`WITHDRAWN`) and which
+        it had begun."""
+        ids = self._ask_back(calls)
         while any(i in self._sent and not self._sent[i].kept for i in ids):
             self._heard.clear()
             await self._heard.wait()
@@ -390,6 +408,7 @@ class WorkerProcess:
             return
         if value == WITHDRAWN or isinstance(value, Stale):
             self.output.forget(sent.capture)
+        sent.answered, sent.value = True, value
         if not sent.future.done():
             sent.future.set_result(value)
 
@@ -404,6 +423,7 @@ class WorkerProcess:
                     self.healthy = False  # it runs nothing more
                 self._resolve(i, frame)
                 self.head_since = asyncio.get_running_loop().time()
+                self._watch_queue()
                 self._on_answer(self)
             case worker_main.Withdrawn(ids=ids, kept=kept):
                 for i in ids:
@@ -415,6 +435,9 @@ class WorkerProcess:
 
     def _on_lost(self) -> None:
         self._heard.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._ready.done():
             self._ready.set_result(False)
         for n, call_id in enumerate(list(self._sent)):
@@ -431,17 +454,19 @@ class WorkerProcess:
         self._closing = True
         if self._channel is not None:
             self._channel.close()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_WAIT_S / 2):
-                await self.exited.wait()
-        if not self.exited.is_set():
-            self.signal(signal.SIGTERM)
+        try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_WAIT_S / 2):
                     await self.exited.wait()
-        self.signal(signal.SIGKILL)
-        self._transport.close()
-        self.output.close()
+            if not self.exited.is_set():
+                self.signal(signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CLOSE_WAIT_S / 2):
+                        await self.exited.wait()
+        finally:  # cancelled too (the pool closing): nothing of it is left
+            self.signal(signal.SIGKILL)
+            self._transport.close()
+            self.output.close()
 
 
 class Pool:
@@ -481,6 +506,7 @@ class Pool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_s = Ewma()
         self._start_s = Ewma(initial=START_S)
+        self._regrow: asyncio.TimerHandle | None = None
         self._closed = False
 
     @property
@@ -535,10 +561,10 @@ class Pool:
     ) -> Done | Stale | str | None:
         loop = asyncio.get_running_loop()
         procs = RunProcesses(worker.pid, mark)
-        future = worker.send(call, capture)
+        sent = worker.send(call, capture)
         answer: Done | Stale | str | None = None
         try:
-            answer = await self._answer(worker, future)
+            answer = await sent.future
             if answer is None:  # it died: let the kernel finish with it
                 worker.healthy = False
                 with contextlib.suppress(TimeoutError):
@@ -546,10 +572,10 @@ class Pool:
                         await worker.exited.wait()
             return answer
         except asyncio.CancelledError:
-            if not future.done() and not worker.running(future):
-                await worker.withdraw([future])  # queued: taken back unless it just began
-            if future.done():  # it never started, or ended before the stop: nothing to stop
-                answer = future.result()
+            if not sent.answered and not worker.running(sent):
+                await worker.withdraw([sent])  # queued: taken back unless it just began
+            if sent.answered:  # it never started, or ended before the stop: nothing to stop
+                answer = sent.value
                 raise
             # Only the call known to run may get the signals: the calls behind it come
             # back first (they never start), or the worker dies with them unstarted.
@@ -557,8 +583,8 @@ class Pool:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace_s):
                     await worker.withdraw()
-            if future.done():
-                answer = future.result()
+            if sent.answered:
+                answer = sent.value
                 raise
             began = loop.time()
             try:
@@ -569,23 +595,6 @@ class Pool:
             raise
         finally:
             await self._end(worker, answer, procs, capture)
-
-    async def _answer(
-        self, worker: WorkerProcess, future: asyncio.Future[Done | Stale | str | None]
-    ) -> Done | Stale | str | None:
-        """The call's answer. A call queued behind one that has run
-        :data:`WITHDRAW_AFTER_S` is asked back (with the others queued there): it goes to
-        the next worker free instead of waiting out a long run."""
-        loop = asyncio.get_running_loop()
-        while not future.done():
-            if worker.running(future):
-                await asyncio.wait((future,))
-                break
-            await asyncio.wait((future,), timeout=WITHDRAW_AFTER_S)
-            queued = not future.done() and not worker.running(future)
-            if queued and loop.time() - worker.head_since >= WITHDRAW_AFTER_S:
-                worker.withdraw_later()
-        return future.result()
 
     async def _end(
         self,
@@ -670,23 +679,22 @@ class Pool:
 
     async def _take(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess:
         """An idle worker started with ``key``'s environment, a busy one whose small runs
-        may queue this one behind them, or the first one of it that frees or starts while
-        the run waits."""
+        may queue this one behind them, or the first one of it that frees, starts or may
+        queue it while the run waits."""
         worker = self._idle_of(key)
         if worker is not None:
+            return worker
+        worker = self._pipelined(key)
+        if worker is not None:
+            self._grow(key)  # below one worker per core, one starts all the same
             return worker
         fut: asyncio.Future[WorkerProcess] = asyncio.get_running_loop().create_future()
         entry = (key, fut)
         self._waiting.append(entry)
         try:
-            while not fut.done():
-                self._grow(key)
-                worker = self._pipelined(key)
-                if worker is not None and not fut.done():
-                    return worker
-                # Looked at again after a start's time: a busy run may prove long.
-                await asyncio.wait({fut}, timeout=self._start_s.value)
-            return fut.result()
+            self._grow(key)
+            self._watch_waiting()
+            return await fut
         except BaseException:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._answered(fut.result())  # handed over as this run was cancelled
@@ -695,6 +703,20 @@ class Pool:
         finally:
             with contextlib.suppress(ValueError):
                 self._waiting.remove(entry)
+
+    def _watch_waiting(self) -> None:
+        """While runs wait, look again after a start's time whether to start a worker for
+        them: a busy run may prove long (one timer for the pool)."""
+        if self._regrow is None and self._waiting and not self._closed:
+            start_s = self._start_s.value
+            assert start_s is not None
+            self._regrow = asyncio.get_running_loop().call_later(start_s, self._on_regrow)
+
+    def _on_regrow(self) -> None:
+        self._regrow = None
+        for key in dict.fromkeys(k for k, f in self._waiting if not f.done()):
+            self._grow(key)
+        self._watch_waiting()
 
     def _idle_of(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess | None:
         for i in range(len(self._idle) - 1, -1, -1):  # the most recently used first
@@ -823,6 +845,8 @@ class Pool:
     async def close(self) -> None:
         """End every idle worker and every start under way (busy ones end with their runs)."""
         self._closed = True
+        if self._regrow is not None:
+            self._regrow.cancel()
         idle, self._idle = self._idle, []
         for task in list(self._tasks):
             task.cancel()

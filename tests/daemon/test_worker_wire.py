@@ -66,11 +66,11 @@ async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_o
     try:
         captures = [Capture() for _ in range(50)]
         # All sent before any is answered: the worker may read them in one piece.
-        futures = [
+        sent = [
             worker.send(Call(id=0, fn="daemon_jobs:says", args=[f"run {i}"], kwargs={}, env={}), c)
             for i, c in enumerate(captures)
         ]
-        answers = await asyncio.gather(*futures)
+        answers = await asyncio.gather(*(s.future for s in sent))
         assert [a.value for a in answers] == [f"run {i}" for i in range(50)]
         worker.output.drain()
         assert [c.text() for c in captures] == [f"run {i}\n" for i in range(50)]
