@@ -191,8 +191,9 @@ class _Worker:
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C is its to handle
+        # As SIGTERM's: a system call it interrupts returns to Python (which retries it,
+        # PEP 475) so that the handler runs at once, not when a restarted call ends.
         signal.signal(WITHDRAW_SIGNAL, self._on_withdraw)
-        signal.siginterrupt(WITHDRAW_SIGNAL, False)  # the run's own system calls go on
         while True:
             self._take(block=not self._queue)  # what came meanwhile, withdraws first
             if self._closed:

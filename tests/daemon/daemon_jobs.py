@@ -187,3 +187,10 @@ def dies_when(path: str) -> None:
     """Waits for ``path``, then its process dies of SIGKILL."""
     waits_for(path)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def waits_in_a_process(path: str) -> int:
+    """Waits in ``subprocess.run`` (a blocked waitpid) for a shell that waits until ``path``
+    exists; its pid."""
+    subprocess.run(["sh", "-c", f'while [ ! -e "{path}" ]; do sleep 0.01; done'], check=True)
+    return os.getpid()

@@ -100,14 +100,23 @@ async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(poo
         pool_module.WITHDRAW_AFTER_S = monkey_after
 
 
-async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(pool, tmp_path):
+@pytest.mark.parametrize("head", ["waits_for", "waits_in_a_process"])
+async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(
+    pool, tmp_path, head
+):
+    # The long run sleeps in Python, or is blocked in a system call (waitpid): either way
+    # the worker reads the withdraw at once.
     worker = await _warm(pool)
     gate = tmp_path / "gate"
-    first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
-    await _outstanding(worker, 1)
+    sent = worker.runs
     behind = tmp_path / "behind"
-    answer, _ = await asyncio.wait_for(_run(pool, "touches", str(behind)), WAIT_S)
-    # It ran while the long one still runs, on another worker.
+    # Started in this order, at once: the first takes the idle worker, the second is
+    # queued behind it.
+    first = asyncio.create_task(_run(pool, head, str(gate)))
+    second = asyncio.create_task(_run(pool, "touches", str(behind)))
+    answer, _ = await asyncio.wait_for(second, WAIT_S)
+    # It was queued there, taken back, and ran while the long one still runs, elsewhere.
+    assert worker.runs == sent + 2
     assert answer is not None and answer.ok and answer.value != worker.pid
     assert behind.exists() and not first.done()
     gate.touch()
