@@ -10,9 +10,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 from polling import eventually
 
 from lakeshore.daemon import pool as pool_module
+from lakeshore.daemon import worker_main
 from lakeshore.daemon.pool import Pool, WorkerProcess
 from lakeshore.daemon.runner import Capture
 from lakeshore.daemon.worker_main import Call, Done
@@ -177,3 +180,28 @@ async def test_a_stop_or_a_crash_of_the_running_call_spares_the_queued_ones(pool
         assert worker.pid not in pool.processes
     finally:
         pool_module.WITHDRAW_AFTER_S = monkey_after
+
+
+@given(
+    outputs=st.lists(st.binary(max_size=40), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+)
+def test_a_pipes_bytes_go_to_the_run_that_wrote_them_however_the_reads_cut_them(
+    outputs: list[bytes], cuts: list[int]
+):
+    # What each run wrote (NULs and starts of the mark among it), each followed by the
+    # mark, read in pieces cut anywhere — inside a mark too.
+    mark = worker_main.mark("0123456789abcdef0123456789abcdef")
+    stream = b"".join(out + mark for out in outputs) + b"\0" + mark[:5]  # a partial at the end
+    pipe = pool_module._Pipe(1, 3, mark, stderr=False)
+    got: list[bytearray] = [bytearray() for _ in range(len(outputs) + 1)]
+    captures = [Capture(sink=lambda _stream, chunk, b=b: b.extend(chunk)) for b in got]
+    pipe.captures.extend(captures)
+    at = 0
+    for cut in sorted({min(c, len(stream)) for c in cuts}):
+        pipe.feed(stream[at:cut])
+        at = cut
+    pipe.feed(stream[at:])
+    pipe.flush()
+    assert [bytes(b) for b in got] == [*outputs, b"\0" + mark[:5]]
+    assert list(pipe.captures) == [captures[-1]]
