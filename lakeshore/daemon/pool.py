@@ -245,7 +245,9 @@ class _Answers(asyncio.Protocol):
     """The worker's end of the socket, read for as long as it lives: each frame to its
     worker as it comes."""
 
-    def __init__(self, on_frame: Any, on_lost: Any) -> None:
+    def __init__(
+        self, on_frame: Callable[[worker_main.Frame], None], on_lost: Callable[[], None]
+    ) -> None:
         self._buf = bytearray()
         self._on_frame, self._on_lost = on_frame, on_lost
 
