@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -39,8 +40,11 @@ async def _run(
     p: Pool, fn: str, *args: object, grace_s: float = 5.0
 ) -> tuple[Done | None, Capture]:
     capture = Capture()
+    # Each run its own mark: a stop or a crash here signals and kills whatever carries its
+    # run's mark, on this machine (tests of other workers run beside this one).
+    mark = f"wire-{uuid.uuid4().hex}"
     answer, _ = await p.run(
-        f"daemon_jobs:{fn}", list(args), {}, env={}, run_env={}, mark="m", grace_s=grace_s,
+        f"daemon_jobs:{fn}", list(args), {}, env={}, run_env={}, mark=mark, grace_s=grace_s,
         capture=capture,
     )  # fmt: skip
     return answer, capture
@@ -121,7 +125,8 @@ async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(
     # It was queued there, taken back, and ran while the long one still runs, elsewhere.
     assert worker.runs == sent + 2
     assert answer is not None and answer.ok and answer.value != worker.pid
-    assert behind.exists() and not first.done()
+    assert behind.exists()
+    assert not first.done(), first.result()
     gate.touch()
     answer, _ = await first
     assert answer is not None and answer.value == worker.pid
