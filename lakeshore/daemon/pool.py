@@ -280,7 +280,7 @@ class WorkerProcess:
         exit_: _Exit,
         output: _Output,
         key: tuple[tuple[str, str], ...],
-        on_answer: Callable[[WorkerProcess], None] = lambda w: None,
+        on_answer: Callable[[WorkerProcess], None],
     ) -> None:
         self._transport, self._exit = transport, exit_
         self._on_answer = on_answer
@@ -371,7 +371,7 @@ class WorkerProcess:
         if len(self._sent) < 2:
             return
         if asyncio.get_running_loop().time() - self.head_since >= WITHDRAW_AFTER_S:
-            self.withdraw_later()
+            self._ask_back(None)  # each one's future tells
         else:  # another call runs now: its own time
             self._watch_queue()
 
@@ -390,10 +390,6 @@ class WorkerProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(self.pid, worker_main.WITHDRAW_SIGNAL)
         return ids
-
-    def withdraw_later(self) -> None:
-        """Ask for the calls behind the running one back; each one's future tells."""
-        self._ask_back(None)
 
     async def withdraw(self, calls: Collection[Sent] | None = None) -> None:
         """Ask for the calls behind the running one (``calls``, or all) back, and wait
@@ -499,8 +495,8 @@ class Pool:
         self._marks = dict(marks or {})
         self._size, self._max_runs = size, max_runs
         self._idle: list[WorkerProcess] = []
-        #: workers holding calls (and when they were taken)
-        self._busy: dict[WorkerProcess, float] = {}
+        #: workers holding calls
+        self._busy: set[WorkerProcess] = set()
         #: workers being started, per environment: when each start began
         self._starting: dict[tuple[tuple[str, str], ...], list[float]] = {}
         self._waiting: deque[tuple[tuple[tuple[str, str], ...], asyncio.Future[WorkerProcess]]]
@@ -619,7 +615,7 @@ class Pool:
             if isinstance(answer, Done) and not left and worker.healthy:
                 return  # it went back to the pool with its last answer (_answered)
             worker.healthy = False  # it runs nothing more (it gives back what it holds)
-            self._busy.pop(worker, None)
+            self._busy.discard(worker)
             if left:  # its processes (or a dying worker's) may still write for a moment
                 output.linger(capture)
                 with contextlib.suppress(TimeoutError):
@@ -631,7 +627,7 @@ class Pool:
             await worker.close()
         except BaseException:
             output.linger(None)
-            self._busy.pop(worker, None)
+            self._busy.discard(worker)
             procs.kill(group=True)
             worker.signal(signal.SIGKILL)
             raise
@@ -647,7 +643,7 @@ class Pool:
         elif self._max_runs is None or worker.runs < self._max_runs:
             self._give_back(worker)
         else:
-            self._busy.pop(worker, None)
+            self._busy.discard(worker)
             self._spawn_task(worker.close())
 
     def _pipelines(self, worker: WorkerProcess) -> bool:
@@ -728,7 +724,7 @@ class Pool:
                 self._spawn_task(worker.close())
             elif worker.key == key:
                 del self._idle[i]
-                self._busy[worker] = asyncio.get_running_loop().time()
+                self._busy.add(worker)
                 return worker
         return None
 
@@ -778,13 +774,13 @@ class Pool:
 
     def _give_back(self, worker: WorkerProcess) -> None:
         """``worker`` is free: to the first run waiting for its environment, else idle."""
-        self._busy.pop(worker, None)
+        self._busy.discard(worker)
         if self._closed:
             self._spawn_task(worker.close())
             return
         for key, fut in self._waiting:
             if key == worker.key and not fut.done():
-                self._busy[worker] = asyncio.get_running_loop().time()
+                self._busy.add(worker)
                 fut.set_result(worker)
                 return
         self._idle.append(worker)
