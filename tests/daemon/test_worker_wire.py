@@ -67,7 +67,12 @@ async def _outstanding(worker: WorkerProcess, n: int) -> None:
     )
 
 
-async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_output():
+async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_output(
+    monkeypatch,
+):
+    # Nothing is asked back: on a loaded machine the first run (its module's import) may take
+    # longer than WITHDRAW_AFTER_S, and the calls behind it would come back withdrawn.
+    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)
     p = Pool(dict(os.environ), size=1, max_runs=None)
     worker = await p._spawn(())
     try:
@@ -87,24 +92,22 @@ async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_o
         await p.close()
 
 
-async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(pool, tmp_path):
+async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(
+    pool, tmp_path, monkeypatch
+):
     worker = await _warm(pool)
     gate = tmp_path / "gate"
-    monkey_after = pool_module.WITHDRAW_AFTER_S
-    pool_module.WITHDRAW_AFTER_S = 60.0  # nothing is asked back while the gate is shut
-    try:
-        first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
-        await _outstanding(worker, 1)
-        queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(3)]
-        await _outstanding(worker, 4)  # pipelined: sent while the first runs
-        gate.touch()
-        answer, _ = await first
-        assert answer is not None and answer.value == worker.pid
-        results = await asyncio.gather(*queued)
-        assert [(a.value, c.text()) for a, c in results] == [(f"q{i}", f"q{i}\n") for i in range(3)]
-        assert pool.processes == [worker.pid]  # no worker was started for them
-    finally:
-        pool_module.WITHDRAW_AFTER_S = monkey_after
+    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back meanwhile
+    first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
+    await _outstanding(worker, 1)
+    queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(3)]
+    await _outstanding(worker, 4)  # pipelined: sent while the first runs
+    gate.touch()
+    answer, _ = await first
+    assert answer is not None and answer.value == worker.pid
+    results = await asyncio.gather(*queued)
+    assert [(a.value, c.text()) for a, c in results] == [(f"q{i}", f"q{i}\n") for i in range(3)]
+    assert pool.processes == [worker.pid]  # no worker was started for them
 
 
 @pytest.mark.parametrize("head", ["waits_for", "waits_in_a_process"])
@@ -132,59 +135,55 @@ async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(
     assert answer is not None and answer.value == worker.pid
 
 
-async def test_a_queued_call_cancelled_never_runs_and_the_running_one_goes_on(pool, tmp_path):
+async def test_a_queued_call_cancelled_never_runs_and_the_running_one_goes_on(
+    pool, tmp_path, monkeypatch
+):
     worker = await _warm(pool)
-    monkey_after = pool_module.WITHDRAW_AFTER_S
-    pool_module.WITHDRAW_AFTER_S = 60.0
-    try:
-        gate = tmp_path / "gate"
-        first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
-        await _outstanding(worker, 1)
-        never = tmp_path / "never"
-        queued = asyncio.create_task(_run(pool, "touches", str(never)))
-        await _outstanding(worker, 2)
-        queued.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await queued
-        assert worker.outstanding == 1 and worker.healthy
-        gate.touch()
-        answer, capture = await first
-        assert answer is not None and answer.ok and capture.stopped is None
-        assert not never.exists()
-        answer, _ = await _run(pool, "add", 2, 2)  # the worker serves on
-        assert answer is not None and answer.value == 4 and pool.processes == [worker.pid]
-    finally:
-        pool_module.WITHDRAW_AFTER_S = monkey_after
+    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back
+    gate = tmp_path / "gate"
+    first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
+    await _outstanding(worker, 1)
+    never = tmp_path / "never"
+    queued = asyncio.create_task(_run(pool, "touches", str(never)))
+    await _outstanding(worker, 2)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert worker.outstanding == 1 and worker.healthy
+    gate.touch()
+    answer, capture = await first
+    assert answer is not None and answer.ok and capture.stopped is None
+    assert not never.exists()
+    answer, _ = await _run(pool, "add", 2, 2)  # the worker serves on
+    assert answer is not None and answer.value == 4 and pool.processes == [worker.pid]
 
 
 @pytest.mark.parametrize("how", ["stopped", "crashed"])
-async def test_a_stop_or_a_crash_of_the_running_call_spares_the_queued_ones(pool, tmp_path, how):
+async def test_a_stop_or_a_crash_of_the_running_call_spares_the_queued_ones(
+    pool, tmp_path, how, monkeypatch
+):
     worker = await _warm(pool)
-    monkey_after = pool_module.WITHDRAW_AFTER_S
-    pool_module.WITHDRAW_AFTER_S = 60.0
-    try:
-        gate = tmp_path / "gate"
-        fn = "waits_for" if how == "stopped" else "dies_when"
-        first = asyncio.create_task(_run(pool, fn, str(gate), grace_s=2.0))
-        await _outstanding(worker, 1)
-        queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(2)]
-        await _outstanding(worker, 3)
-        if how == "stopped":
-            first.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await first
-        else:
-            gate.touch()
-            answer, _ = await first
-            assert answer is None  # it died running it
-        results = await asyncio.gather(*queued)
-        # The queued ones never started there: they ran, whole, on another worker.
-        assert [(a.ok, a.value, c.text()) for a, c in results] == [
-            (True, f"q{i}", f"q{i}\n") for i in range(2)
-        ]
-        assert worker.pid not in pool.processes
-    finally:
-        pool_module.WITHDRAW_AFTER_S = monkey_after
+    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back
+    gate = tmp_path / "gate"
+    fn = "waits_for" if how == "stopped" else "dies_when"
+    first = asyncio.create_task(_run(pool, fn, str(gate), grace_s=2.0))
+    await _outstanding(worker, 1)
+    queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(2)]
+    await _outstanding(worker, 3)
+    if how == "stopped":
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    else:
+        gate.touch()
+        answer, _ = await first
+        assert answer is None  # it died running it
+    results = await asyncio.gather(*queued)
+    # The queued ones never started there: they ran, whole, on another worker.
+    assert [(a.ok, a.value, c.text()) for a, c in results] == [
+        (True, f"q{i}", f"q{i}\n") for i in range(2)
+    ]
+    assert worker.pid not in pool.processes
 
 
 @given(

