@@ -58,8 +58,17 @@ async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
             daemons.signal(victim, signal.SIGKILL)
             killed[victim] = time.time()
             await daemons.procs[victim].wait()
-            live.append(f"r{k}")
-            await daemons.start(f"r{k}", "work", concurrency=4)
+            heir = f"r{k}"
+            live.append(heir)
+            await daemons.start(heir, "work", concurrency=4)
+            # The next kill waits until the heir runs work: a kill while the other daemons
+            # are still starting would measure their start-up, not the redelivery.
+            await eventually(
+                lambda h=heir: _ran_by(daemons, h),
+                until=lambda n: n >= 1,
+                timeout_s=60,
+                what=f"{heir} running work",
+            )
         await all_finished(api, "work", N, timeout_s=120)
         counts = await tally(api, ids)
         ids_of = await worker_ids(api)
