@@ -1,16 +1,18 @@
 """A run's live output, published to JetStream as it comes (spec/runs.md §2).
 
 A :class:`RunLog` per attempt buffers what the run writes and one task of :class:`RunLogs`
-per attempt publishes it (:mod:`lakeshore.bus.logs` has the message shape).
+per attempt publishes it (:mod:`lakeshore.bus.logs` has the message shape), started by the
+run's first output: a silent run costs no task and publishes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import secrets
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -65,7 +67,9 @@ class _Seg:
 
 class RunLog:
     """One attempt's live output: :meth:`write` takes what the run writes (never blocks),
-    :meth:`end` says the run is over; the owning :class:`RunLogs` publishes it.
+    :meth:`end` says the run is over; the owning :class:`RunLogs` publishes it, from the
+    first output on (``on_output`` is called then, once). ``nonce`` makes its chunks'
+    message ids unique.
 
     Writes come from the event loop's thread (the runner reads the run's pipes there).
     """
@@ -77,13 +81,17 @@ class RunLog:
         invocation_id: str,
         attempt: int,
         *,
+        nonce: str,
+        on_output: Callable[[RunLog], None],
         max_bytes: int = LOG_MAX_BYTES,
         buffer_bytes: int = BUFFER_BYTES,
         chunk_bytes: int = CHUNK_BYTES,
         flush_s: float = FLUSH_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._bus, self._ns, self._id, self.attempt = bus, namespace, invocation_id, attempt
+        self._bus, self._ns, self.invocation_id, self.attempt = (
+            bus, namespace, invocation_id, attempt,
+        )  # fmt: skip
         self._max, self._bound, self._chunk, self._flush_s = (
             max_bytes, buffer_bytes, chunk_bytes, flush_s,
         )  # fmt: skip
@@ -103,7 +111,8 @@ class RunLog:
         #: chunks published (the last sequence number used)
         self.seq = 0
         self.ended = False
-        self._nonce = uuid.uuid4().hex[:12]
+        self._nonce = nonce
+        self._on_output: Callable[[RunLog], None] | None = on_output
         self._data, self._full = asyncio.Event(), asyncio.Event()
 
     # ---- the run's side ------------------------------------------------------------------
@@ -112,6 +121,9 @@ class RunLog:
         """Take ``chunk`` of ``stream`` (``out`` or ``err``); never blocks, never raises."""
         if self.ended or not chunk:
             return
+        if self._on_output is not None:  # the first output: publishing starts
+            on_output, self._on_output = self._on_output, None
+            on_output(self)
         data = self._carry.pop(stream, b"") + chunk
         room = self._max - self.taken
         if len(data) > room:
@@ -244,11 +256,16 @@ class RunLog:
         while True:
             if self._bus.connected:
                 try:
-                    await self._bus.publish_log(self._ns, self._id, self.attempt, data, headers)
+                    await self._bus.publish_log(
+                        self._ns, self.invocation_id, self.attempt, data, headers
+                    )
                     return
                 except LakeshoreError as e:
                     if tries == 0:
-                        log.warning("log of %s attempt %d: %s; retrying", self._id, self.attempt, e)
+                        log.warning(
+                            "log of %s attempt %d: %s; retrying",
+                            self.invocation_id, self.attempt, e,
+                        )  # fmt: skip
             await asyncio.sleep(RETRY_S[min(tries, len(RETRY_S) - 1)])
             tries += 1
 
@@ -281,17 +298,24 @@ class RunLogs:
         self._bus, self._ns = bus, namespace
         self._max, self._bound, self._flush_s = max_bytes, buffer_bytes, flush_s
         self._open: dict[asyncio.Task[None], RunLog] = {}
+        # Per daemon process, so message ids never repeat those of its last run.
+        self._prefix = secrets.token_hex(6)
+        self._logs = itertools.count()
 
     def open(self, inv: Invocation, attempt: int) -> RunLog:
-        """The log of attempt number ``attempt`` of ``inv``; its publishing starts now."""
-        run_log = RunLog(
+        """The log of attempt number ``attempt`` of ``inv``; its publishing starts with
+        its first output."""
+        return RunLog(
             self._bus, self._ns, inv.id, attempt,
+            nonce=f"{self._prefix}{next(self._logs):x}", on_output=self._publish,
             max_bytes=self._max, buffer_bytes=self._bound, flush_s=self._flush_s,
         )  # fmt: skip
-        task = asyncio.create_task(run_log.run(), name=f"log {inv.id} {attempt}")
+
+    def _publish(self, run_log: RunLog) -> None:
+        name = f"log {run_log.invocation_id} {run_log.attempt}"
+        task = asyncio.create_task(run_log.run(), name=name)
         self._open[task] = run_log
         task.add_done_callback(self._done)
-        return run_log
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._open.pop(task, None)

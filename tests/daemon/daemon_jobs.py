@@ -120,11 +120,18 @@ def crash_first_time(marker: str, how: str = "segv") -> str:
 
 def leaves_a_printer(pid_path: str) -> str:
     """Starts a process in a session of its own that keeps printing on the run's stdout, and
-    returns at once."""
+    returns as soon as it runs (it wrote its pid: a run over before its Python started would
+    have it killed before it says who it is)."""
     child = subprocess.Popen(
         [sys.executable, "-c", _PRINTER, pid_path], start_new_session=True, stdout=sys.stdout
     )
     print(f"started {child.pid}", flush=True)
+    path = pathlib.Path(pid_path)
+    deadline = time.monotonic() + 30
+    while not (path.exists() and path.read_text().endswith("\n")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the printer wrote no pid to {path} in 30 s")
+        time.sleep(0.01)
     return "left"
 
 

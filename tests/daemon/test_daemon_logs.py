@@ -309,3 +309,21 @@ async def test_a_chunk_never_splits_a_character():
     [published] = bus.logs.values()
     bodies = [body for h, body in published if "Ls-Log-End" not in h]
     assert len(bodies) > 1 and "".join(b.decode() for b in bodies) == "é€😀" * 3
+
+
+async def test_a_silent_run_publishes_nothing_and_each_log_has_its_own_message_ids():
+    bus = _Cut()
+    bus.up.set()
+    logs = RunLogs(bus, "default", flush_s=0.01)
+    silent = logs.open(_inv("job-3"), 1)
+    loud = [logs.open(_inv(f"job-{i}"), 1) for i in (4, 5)]
+    silent.end()
+    for run_log in loud:
+        run_log.write("out", b"hello\n")
+        run_log.end()
+    await logs.close(WAIT_S)
+    assert sorted(bus.logs) == ["ls.default.log.job-4.1", "ls.default.log.job-5.1"]
+    # Each log's chunks are numbered from 1: only the log's own nonce tells them apart
+    # (the server would drop a chunk whose message id another log used as a duplicate).
+    ids = [h["Nats-Msg-Id"] for published in bus.logs.values() for h, _ in published]
+    assert len(ids) == 4 and len(set(ids)) == 4

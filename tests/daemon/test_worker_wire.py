@@ -18,7 +18,7 @@ from polling import eventually
 from lakeshore.daemon import pool as pool_module
 from lakeshore.daemon import worker_main
 from lakeshore.daemon.pool import Pool, WorkerProcess
-from lakeshore.daemon.runner import Capture
+from lakeshore.daemon.runner import TAIL_BYTES, Capture
 from lakeshore.daemon.worker_main import Call, Done
 
 WAIT_S = 30.0
@@ -108,6 +108,17 @@ async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(
     results = await asyncio.gather(*queued)
     assert [(a.value, c.text()) for a, c in results] == [(f"q{i}", f"q{i}\n") for i in range(3)]
     assert pool.processes == [worker.pid]  # no worker was started for them
+
+
+async def test_a_run_that_writes_more_than_its_pipes_hold_is_read_while_it_runs(pool):
+    # The pipes (64 KiB each) are read while the run writes, or its worker would wait on a
+    # full pipe for ever; what the capture keeps is the run's tail, its mark not in it.
+    text = "x" * (300 * 1024)
+    async with asyncio.timeout(WAIT_S):
+        answer, capture = await _run(pool, "says", text)
+    assert answer is not None and answer.ok
+    tail = (text + "\n")[-TAIL_BYTES:]  # a capture keeps the tail
+    assert capture.text() == tail and capture.stderr_text() == tail
 
 
 @pytest.mark.parametrize("head", ["waits_for", "waits_in_a_process"])
