@@ -156,8 +156,7 @@ def queue_activity(
     floor = _rows.scalar(con, q.FIRST_STARTED, [namespace, queue, since])
     waits = None
     if floor is not None:
-        params = [namespace, queue, since, floor, namespace, queue, floor, since]
-        waits = _rows.scalar(con, q.WAITS, params)
+        waits = _rows.scalar(con, q.WAITS, [namespace, queue, floor, since])
     oldest = None
     if unfinished:
         oldest = _rows.scalar(con, q.OLDEST_PENDING, [namespace, queue, namespace, queue])

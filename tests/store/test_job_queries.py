@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lakeshore.model import EventType, InvocationState
 from lakeshore.store import Store, open_store
 
@@ -109,3 +111,26 @@ async def test_activity_without_unfinished_skips_only_the_oldest_pending(tmp_pat
         assert (lean.submitted, lean.wait_p50_s) == (full.submitted, full.wait_p50_s)
         quiet = await store.queue_activity(NS, "a", T0 + timedelta(hours=1))
         assert (quiet.submitted, quiet.wait_p50_s, quiet.oldest_pending_at) == (0, None, oldest)
+
+
+async def test_the_waits_are_those_of_the_invocations_first_started_in_the_window(
+    tmp_path: Path,
+) -> None:
+    since = T0 + timedelta(minutes=10)
+
+    def inv(i: int, submitted_s: float, *started_s: float) -> list[tuple[Any, ...]]:
+        rows = [(NS, "a", _id(i), T0 + timedelta(seconds=submitted_s), E.SUBMITTED, 0, None,
+                 None, {"seq": i})]  # fmt: skip
+        for n, s in enumerate(started_s, start=1):
+            rows.append((NS, "a", _id(i), T0 + timedelta(seconds=s), E.STARTED, n, "w", n, {}))
+        return rows
+
+    async with await open_store(tmp_path / "s.duckdb") as store:
+        await store.append_invocation_events([
+            *inv(1, 0, 60, 700),  # first started before the window, again in it: not counted
+            *inv(2, 590, 610),  # submitted before, first started in the window: waited 20 s
+            *inv(3, 620, 624),  # all in the window: waited 4 s
+            *inv(4, 630),  # never started: no wait
+        ])  # fmt: skip
+        activity = await store.queue_activity(NS, "a", since)
+        assert (activity.wait_p50_s, activity.wait_p95_s) == (12.0, pytest.approx(19.2))
