@@ -668,12 +668,16 @@ class Pool:
 
     def _offer(self, worker: WorkerProcess) -> None:
         """Queue the first run waiting for ``worker``'s environment on it, if it may."""
-        if not self._pipelines(worker):
-            return
+        if self._pipelines(worker):
+            self._hand_over(worker)
+
+    def _hand_over(self, worker: WorkerProcess) -> bool:
+        """``worker`` to the first run waiting for its environment; whether one was."""
         for key, fut in self._waiting:
             if key == worker.key and not fut.done():
                 fut.set_result(worker)
-                return
+                return True
+        return False
 
     async def _take(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess:
         """An idle worker started with ``key``'s environment, a busy one whose small runs
@@ -778,11 +782,9 @@ class Pool:
         if self._closed:
             self._spawn_task(worker.close())
             return
-        for key, fut in self._waiting:
-            if key == worker.key and not fut.done():
-                self._busy.add(worker)
-                fut.set_result(worker)
-                return
+        if self._hand_over(worker):
+            self._busy.add(worker)
+            return
         self._idle.append(worker)
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:

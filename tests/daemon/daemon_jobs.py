@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 #: Set by the test that blocks a function; released at the test's end.
 RELEASE = threading.Event()
@@ -127,11 +128,7 @@ def leaves_a_printer(pid_path: str) -> str:
     )
     print(f"started {child.pid}", flush=True)
     path = pathlib.Path(pid_path)
-    deadline = time.monotonic() + 30
-    while not (path.exists() and path.read_text().endswith("\n")):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the printer wrote no pid to {path} in 30 s")
-        time.sleep(0.01)
+    _until(lambda: path.exists() and path.read_text().endswith("\n"), 30, f"a pid in {path}")
     return "left"
 
 
@@ -159,11 +156,7 @@ def meet(directory: str, n: int) -> int:
     """Waits (at most 30 s) until ``n`` runs of it are running at once; its pid."""
     here = pathlib.Path(directory)
     (here / str(os.getpid())).touch()
-    deadline = time.monotonic() + 30
-    while len(list(here.iterdir())) < n:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(list(here.iterdir()))} of {n} runs met")
-        time.sleep(0.01)
+    _until(lambda: len(list(here.iterdir())) >= n, 30, f"{n} runs met in {here}")
     return os.getpid()
 
 
@@ -176,11 +169,7 @@ def says(text: str) -> str:
 
 def waits_for(path: str) -> int:
     """Waits (at most 60 s) until ``path`` exists; its pid."""
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never came")
-        time.sleep(0.005)
+    _until(lambda: os.path.exists(path), 60, path, every_s=0.005)
     return os.getpid()
 
 
@@ -201,3 +190,12 @@ def waits_in_a_process(path: str) -> int:
     exists; its pid."""
     subprocess.run(["sh", "-c", f'while [ ! -e "{path}" ]; do sleep 0.01; done'], check=True)
     return os.getpid()
+
+
+def _until(ready: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.01) -> None:
+    """Return once ``ready()``; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:g} s for {what}")
+        time.sleep(every_s)

@@ -36,6 +36,13 @@ async def pool(monkeypatch) -> AsyncIterator[Pool]:
         await p.close()
 
 
+@pytest.fixture
+def nothing_asked_back(monkeypatch) -> None:
+    """No queued call is asked back (``WITHDRAW_AFTER_S`` of a minute): the test says when
+    the runs it holds end."""
+    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)
+
+
 async def _run(
     p: Pool, fn: str, *args: object, grace_s: float = 5.0
 ) -> tuple[Done | None, Capture]:
@@ -68,11 +75,10 @@ async def _outstanding(worker: WorkerProcess, n: int) -> None:
 
 
 async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_output(
-    monkeypatch,
+    nothing_asked_back,
 ):
     # Nothing is asked back: on a loaded machine the first run (its module's import) may take
     # longer than WITHDRAW_AFTER_S, and the calls behind it would come back withdrawn.
-    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)
     p = Pool(dict(os.environ), size=1, max_runs=None)
     worker = await p._spawn(())
     try:
@@ -93,11 +99,10 @@ async def test_calls_sent_back_to_back_are_answered_in_order_each_with_its_own_o
 
 
 async def test_small_runs_are_queued_on_a_busy_worker_and_run_there_in_order(
-    pool, tmp_path, monkeypatch
+    pool, tmp_path, nothing_asked_back
 ):
     worker = await _warm(pool)
     gate = tmp_path / "gate"
-    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back meanwhile
     first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
     await _outstanding(worker, 1)
     queued = [asyncio.create_task(_run(pool, "says", f"q{i}")) for i in range(3)]
@@ -147,10 +152,9 @@ async def test_a_call_queued_behind_a_long_run_is_taken_back_and_runs_elsewhere(
 
 
 async def test_a_queued_call_cancelled_never_runs_and_the_running_one_goes_on(
-    pool, tmp_path, monkeypatch
+    pool, tmp_path, nothing_asked_back
 ):
     worker = await _warm(pool)
-    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back
     gate = tmp_path / "gate"
     first = asyncio.create_task(_run(pool, "waits_for", str(gate)))
     await _outstanding(worker, 1)
@@ -171,10 +175,9 @@ async def test_a_queued_call_cancelled_never_runs_and_the_running_one_goes_on(
 
 @pytest.mark.parametrize("how", ["stopped", "crashed"])
 async def test_a_stop_or_a_crash_of_the_running_call_spares_the_queued_ones(
-    pool, tmp_path, how, monkeypatch
+    pool, tmp_path, how, nothing_asked_back
 ):
     worker = await _warm(pool)
-    monkeypatch.setattr(pool_module, "WITHDRAW_AFTER_S", 60.0)  # nothing asked back
     gate = tmp_path / "gate"
     fn = "waits_for" if how == "stopped" else "dies_when"
     first = asyncio.create_task(_run(pool, fn, str(gate), grace_s=2.0))

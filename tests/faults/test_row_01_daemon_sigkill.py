@@ -78,12 +78,14 @@ async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
     by_kill = _redelivery_delays(counts.details.values(), {ids_of[n]: t for n, t in killed.items()})
     assert by_kill, "no claim of a killed daemon was redelivered"
     # NATS redelivers each killed daemon's claims within the bound: the first of them is
-    # claimed by then. The others of the same kill, redelivered at the same moment, wait for
-    # a free slot of the saturated daemons (and, on a shared 2-core machine, for the CPU):
-    # their median and worst are the row's report, not a wall-clock assert.
+    # claimed by then, and so are the redeliveries as a whole. The others of one kill,
+    # redelivered at the same moment, wait for a free slot of the saturated daemons (and,
+    # on a shared 2-core machine, for the CPU): their worst is the row's report, not a
+    # wall-clock assert.
     firsts = {since: min(d) for since, d in by_kill.items()}
     assert max(firsts.values()) <= BOUND_S, sorted(by_kill.values())
     delays = [d for ds in by_kill.values() for d in ds]
+    assert statistics.median(delays) <= BOUND_S, sorted(delays)
     executions = len(runs(daemons.runs))
     record(
         1,
@@ -96,7 +98,8 @@ async def test_five_sigkills_during_a_run_lose_nothing_and_redeliver_in_time(
         stale=counts.stale,
         note=f"{len(delays)} claims of killed daemons redelivered, kill → next attempt "
         f"claimed: first after each kill at most {max(firsts.values()):.2f}s; all: median "
-        f"{statistics.median(delays):.2f}s, max {max(delays):.2f}s (bound ack_wait {ACK_WAIT_S:g}s + 2 heartbeats = {BOUND_S:g}s); "
+        f"{statistics.median(delays):.2f}s, max {max(delays):.2f}s (bound ack_wait "
+        f"{ACK_WAIT_S:g}s + 2 heartbeats = {BOUND_S:g}s); "
         f"{executions - N} duplicate executions",
     )
 
