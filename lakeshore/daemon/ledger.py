@@ -70,9 +70,10 @@ class Ledger:
 
     def take(self, r: Resources) -> Grant | None:
         """Hold what ``r`` asks for, or ``None`` (nothing taken) when it does not fit now."""
-        if not fits(r, self.free(), self._labels):
+        free = self.free()
+        if not fits(r, free, self._labels):
             return None
-        gpus = tuple(usable_gpus(r, self.free().gpus, self._labels)[: r.gpus])
+        gpus = tuple(usable_gpus(r, free.gpus, self._labels)[: r.gpus]) if r.gpus else ()
         for g in gpus:
             del self._free_gpus[g.index]
         memory = 0 if r.memory is None or self._memory is None else memory_bytes(r.memory)

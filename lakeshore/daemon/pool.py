@@ -9,6 +9,13 @@ one (first ending an idle one of another environment when it is full) when that 
 right thing (:mod:`~lakeshore.daemon.pool_growth`): a daemon of small runs keeps about
 one worker per core, one of longer runs one per run.
 
+A run's devices (``CUDA_VISIBLE_DEVICES`` …) are not part of its environment's key: a
+worker takes the devices of each call it gets, for as long as no run loaded CUDA in it
+(CUDA reads them once); from then on it is *pinned* to its devices and serves only runs
+granted those (it answers :class:`~lakeshore.daemon.worker_main.Pinned` to a call naming
+others, which then runs elsewhere). A run takes an idle worker of its devices first, else
+one not pinned; it is queued on a busy one only behind runs of its own devices.
+
 While runs are small (:data:`PIPELINE_BELOW_S`), a run that finds no idle worker is queued
 on a busy one (*pipelined*, at most :data:`PIPELINE_DEPTH` behind its running call): a batch
 of calls costs one wake-up each way, not one per run. A call queued behind one that has
@@ -56,13 +63,16 @@ from lakeshore.daemon import pool_growth, worker_main
 from lakeshore.daemon.policies.stopping import DRAIN_S, KILL_WAIT_S, Stopped, stop
 from lakeshore.daemon.pool_growth import LONG_RUN_S, Ewma
 from lakeshore.daemon.reaper import RUN_MARK, RunProcesses
-from lakeshore.daemon.worker_main import Call, Done, Stale
+from lakeshore.daemon.worker_main import Call, Done, Pinned, Stale
 from lakeshore.model import RemoteError
 
 if TYPE_CHECKING:
     from lakeshore.daemon.runner import Capture
 
 log = logging.getLogger(__name__)
+
+#: An environment as a key: its items, sorted.
+Key = tuple[tuple[str, str], ...]
 
 #: The error type of a run whose process died (a signal, ``os._exit``, the OOM killer).
 CRASHED_TYPE = "lakeshore.RunCrashed"
@@ -238,7 +248,7 @@ class Sent:
         #: a withdraw of it was asked; it was kept (it had started)
         self.asked = self.kept = False
         self.answered = False
-        self.value: Done | Stale | str | None = None
+        self.value: Done | Stale | Pinned | str | None = None
 
 
 class _Answers(asyncio.Protocol):
@@ -279,8 +289,9 @@ class WorkerProcess:
         transport: asyncio.SubprocessTransport,
         exit_: _Exit,
         output: _Output,
-        key: tuple[tuple[str, str], ...],
+        key: Key,
         on_answer: Callable[[WorkerProcess], None],
+        devices: Key = (),
     ) -> None:
         self._transport, self._exit = transport, exit_
         self._on_answer = on_answer
@@ -289,6 +300,10 @@ class WorkerProcess:
         self._ready = asyncio.get_running_loop().create_future()
         self._channel: asyncio.BaseTransport | None = None
         self.key = key
+        #: the devices of the last call sent (or it was started with)
+        self.devices = devices
+        #: a run loaded CUDA in it: it serves only runs of :attr:`devices`
+        self.pinned = False
         self.pid = transport.get_pid()
         #: calls sent, ever
         self.runs = 0
@@ -353,6 +368,8 @@ class WorkerProcess:
         if not self._sent:
             self.head_since = loop.time()
         sent = self._sent[self._next_id] = Sent(capture, loop.create_future())
+        if call.devices is not None:
+            self.devices = tuple(sorted(call.devices.items()))
         self.output.expect(capture)
         frame = msgspec.structs.replace(call, id=self._next_id)
         self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
@@ -404,7 +421,7 @@ class WorkerProcess:
         sent = self._sent.pop(call_id, None)
         if sent is None:
             return
-        if value == WITHDRAWN or isinstance(value, Stale):
+        if value == WITHDRAWN or isinstance(value, Stale | Pinned):
             self.output.forget(sent.capture)
         sent.answered, sent.value = True, value
         if not sent.future.done():
@@ -423,6 +440,10 @@ class WorkerProcess:
                 self.head_since = asyncio.get_running_loop().time()
                 self._watch_queue()
                 self._on_answer(self)
+            case Pinned(id=i, devices=devices):
+                self.pinned, self.devices = True, tuple(sorted(devices.items()))
+                self._resolve(i, frame)
+                self._on_answer(self)
             case worker_main.Withdrawn(ids=ids, kept=kept):
                 for i in ids:
                     self._resolve(i, WITHDRAWN)
@@ -440,6 +461,10 @@ class WorkerProcess:
             self._ready.set_result(False)
         for n, call_id in enumerate(list(self._sent)):
             self._resolve(call_id, None if n == 0 and not self._closing else WITHDRAWN)
+
+    def serves(self, key: Key, devices: Key) -> bool:
+        """Whether a run of ``key``'s environment and ``devices`` may run on it."""
+        return self.key == key and (self.devices == devices or not self.pinned)
 
     def signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -498,9 +523,9 @@ class Pool:
         #: workers holding calls
         self._busy: set[WorkerProcess] = set()
         #: workers being started, per environment: when each start began
-        self._starting: dict[tuple[tuple[str, str], ...], list[float]] = {}
-        self._waiting: deque[tuple[tuple[tuple[str, str], ...], asyncio.Future[WorkerProcess]]]
-        self._waiting = deque()
+        self._starting: dict[Key, list[float]] = {}
+        #: runs waiting for a worker: their environment, devices, and the worker's future
+        self._waiting: deque[tuple[Key, Key, asyncio.Future[WorkerProcess]]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
         self._run_s = Ewma()
         self._start_s = Ewma(initial=START_S)
@@ -523,12 +548,14 @@ class Pool:
         mark: str,
         grace_s: float,
         capture: Capture,
+        devices: Mapping[str, str] | None = None,
     ) -> tuple[Done | None, int | None]:
         """Run one function call on a worker; cancel the awaiting task to stop it.
 
         Args:
             env: the invocation's ``env`` (workers are shared by runs with the same one).
             run_env: this run's own variables (its ids, attempt; the mark is added).
+            devices: the run's device variables (``CUDA_VISIBLE_DEVICES`` …).
             mark: the run's ``LAKESHORE_RUN`` value.
             grace_s: the run's ``stop_grace_s``.
             capture: gets the run's output as it comes, and how it was stopped.
@@ -540,10 +567,14 @@ class Pool:
         Raises:
             OSError: no worker process could be started.
         """
-        call = Call(id=0, fn=ref, args=args, kwargs=kwargs, env={**run_env, RUN_MARK: mark})
-        key = tuple(sorted(env.items()))
+        call = Call(
+            id=0, fn=ref, args=args, kwargs=kwargs, env={**run_env, RUN_MARK: mark},
+            devices=dict(devices) if devices else None,
+        )  # fmt: skip
+        key: Key = tuple(sorted(env.items()))
+        wanted: Key = tuple(sorted(devices.items())) if devices else ()
         while True:
-            worker = await self._take(key)
+            worker = await self._take(key, wanted)
             answer = await self._run_on(worker, call, mark, grace_s, capture)
             if answer == WITHDRAWN:
                 continue  # it never started there: the next worker free runs it
@@ -551,16 +582,18 @@ class Pool:
                 log.info("worker %d: %s changed; a new worker runs %s", worker.pid, answer.path,
                          ref)  # fmt: skip
                 continue
+            if isinstance(answer, Pinned):
+                continue  # CUDA holds that worker to other devices: another one runs it
             assert not isinstance(answer, str)
             return answer, worker.returncode if answer is None else None
 
     async def _run_on(
         self, worker: WorkerProcess, call: Call, mark: str, grace_s: float, capture: Capture
-    ) -> Done | Stale | str | None:
+    ) -> Done | Stale | Pinned | str | None:
         loop = asyncio.get_running_loop()
         procs = RunProcesses(worker.pid, mark)
         sent = worker.send(call, capture)
-        answer: Done | Stale | str | None = None
+        answer: Done | Stale | Pinned | str | None = None
         try:
             answer = await sent.future
             if answer is None:  # it died: let the kernel finish with it
@@ -597,13 +630,13 @@ class Pool:
     async def _end(
         self,
         worker: WorkerProcess,
-        answer: Done | Stale | str | None,
+        answer: Done | Stale | Pinned | str | None,
         procs: RunProcesses,
         capture: Capture,
     ) -> None:
         """The run is over: its output is taken, its leftovers are killed, and the worker
         goes back to the pool or is ended."""
-        if answer == WITHDRAWN:  # it never ran there
+        if answer == WITHDRAWN or isinstance(answer, Pinned):  # it never ran there
             return
         output = worker.output
         try:
@@ -660,10 +693,10 @@ class Pool:
             and (self._max_runs is None or worker.runs < self._max_runs)
         )
 
-    def _pipelined(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess | None:
-        """The busy worker of ``key``'s environment a run may be queued on, fewest held
-        first."""
-        fit = [w for w in self._busy if w.key == key and self._pipelines(w)]
+    def _pipelined(self, key: Key, devices: Key) -> WorkerProcess | None:
+        """The busy worker of ``key``'s environment and ``devices`` a run may be queued on,
+        fewest held first."""
+        fit = [w for w in self._busy if (w.key, w.devices) == (key, devices) and self._pipelines(w)]
         return min(fit, key=lambda w: w.outstanding, default=None)
 
     def _offer(self, worker: WorkerProcess) -> None:
@@ -672,29 +705,33 @@ class Pool:
             self._hand_over(worker)
 
     def _hand_over(self, worker: WorkerProcess) -> bool:
-        """``worker`` to the first run waiting for its environment; whether one was."""
-        for key, fut in self._waiting:
-            if key == worker.key and not fut.done():
-                fut.set_result(worker)
-                return True
+        """``worker`` to the first run waiting that it serves (one that holds calls: behind
+        runs of the same devices only); whether one was."""
+        for key, devices, fut in self._waiting:
+            if fut.done() or not worker.serves(key, devices):
+                continue
+            if worker.outstanding and worker.devices != devices:
+                continue
+            fut.set_result(worker)
+            return True
         return False
 
-    async def _take(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess:
-        """An idle worker started with ``key``'s environment, a busy one whose small runs
-        may queue this one behind them, or the first one of it that frees, starts or may
-        queue it while the run waits."""
-        worker = self._idle_of(key)
+    async def _take(self, key: Key, devices: Key) -> WorkerProcess:
+        """An idle worker started with ``key``'s environment (of ``devices``, else one not
+        pinned), a busy one of both whose small runs may queue this one behind them, or the
+        first one that frees, starts or may queue it while the run waits."""
+        worker = self._idle_of(key, devices)
         if worker is not None:
             return worker
-        worker = self._pipelined(key)
+        worker = self._pipelined(key, devices)
         if worker is not None:
-            self._grow(key)  # below one worker per core, one starts all the same
+            self._grow(key, devices)  # below one worker per core, one starts all the same
             return worker
         fut: asyncio.Future[WorkerProcess] = asyncio.get_running_loop().create_future()
-        entry = (key, fut)
+        entry = (key, devices, fut)
         self._waiting.append(entry)
         try:
-            self._grow(key)
+            self._grow(key, devices)
             self._watch_waiting()
             return await fut
         except BaseException:
@@ -716,38 +753,40 @@ class Pool:
 
     def _on_regrow(self) -> None:
         self._regrow = None
-        for key in dict.fromkeys(k for k, f in self._waiting if not f.done()):
-            self._grow(key)
+        for key, devices in dict.fromkeys((k, d) for k, d, f in self._waiting if not f.done()):
+            self._grow(key, devices)
         self._watch_waiting()
 
-    def _idle_of(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess | None:
-        for i in range(len(self._idle) - 1, -1, -1):  # the most recently used first
-            worker = self._idle[i]
-            if worker.exited.is_set():
-                del self._idle[i]
-                self._spawn_task(worker.close())
-            elif worker.key == key:
-                del self._idle[i]
-                self._busy.add(worker)
-                return worker
-        return None
+    def _idle_of(self, key: Key, devices: Key) -> WorkerProcess | None:
+        """An idle worker for the run, of its devices first, else one not pinned."""
+        for worker in [w for w in self._idle if w.exited.is_set()]:
+            self._idle.remove(worker)
+            self._spawn_task(worker.close())
+        mine = [w for w in self._idle if w.serves(key, devices)]
+        if not mine:
+            return None
+        # The most recently used of its devices, else the most recently used of the rest.
+        worker = next((w for w in reversed(mine) if w.devices == devices), mine[-1])
+        self._idle.remove(worker)
+        self._busy.add(worker)
+        return worker
 
-    def _grow(self, key: tuple[tuple[str, str], ...]) -> None:
+    def _grow(self, key: Key, devices: Key) -> None:
         """Start a worker of ``key``'s environment if there is room (an idle worker of
-        another one may give its place) and it would reach the newest waiting run of it
-        sooner than the pool's own."""
+        another one, or pinned to other devices, may give its place) and it would reach
+        the newest waiting run of it sooner than the pool's own."""
         starting = self._starting.setdefault(key, [])
         total = len(self._idle) + len(self._busy) + sum(map(len, self._starting.values()))
-        stranger = next((w for w in self._idle if w.key != key), None)
+        stranger = next((w for w in self._idle if not w.serves(key, devices)), None)
         if total >= self._size and stranger is None:
             return
         now = asyncio.get_running_loop().time()
-        position = sum(1 for k, f in self._waiting if k == key and not f.done())
+        position = sum(1 for k, _, f in self._waiting if k == key and not f.done())
         start_s = self._start_s.value
         assert start_s is not None
         if not pool_growth.should_start(
             position,
-            busy_s=[now - w.head_since for w in self._busy if w.key == key],
+            busy_s=[now - w.head_since for w in self._busy if w.serves(key, devices)],
             starting_s=[now - t for t in starting],
             mean_s=self._run_s.value,
             start_s=start_s,
@@ -758,14 +797,14 @@ class Pool:
             self._idle.remove(stranger)
             self._spawn_task(stranger.close())
         starting.append(now)
-        self._spawn_task(self._start(key, now))
+        self._spawn_task(self._start(key, devices, now))
 
-    async def _start(self, key: tuple[tuple[str, str], ...], began: float) -> None:
+    async def _start(self, key: Key, devices: Key, began: float) -> None:
         try:
-            worker = await self._spawn(key)
+            worker = await self._spawn(key, devices)
         except OSError as e:
             log.warning("a worker process could not be started: %s", e)
-            waiter = next((f for k, f in self._waiting if k == key and not f.done()), None)
+            waiter = next((f for k, _, f in self._waiting if k == key and not f.done()), None)
             if waiter is not None:
                 waiter.set_exception(e)
             return
@@ -773,8 +812,9 @@ class Pool:
             self._starting[key].remove(began)
         self._start_s.add(asyncio.get_running_loop().time() - began)
         self._give_back(worker)
-        if any(k == key and not f.done() for k, f in self._waiting):
-            self._grow(key)  # a start is done: another may begin at once
+        waiting = next(((k, d) for k, d, f in self._waiting if k == key and not f.done()), None)
+        if waiting is not None:
+            self._grow(*waiting)  # a start is done: another may begin at once
 
     def _give_back(self, worker: WorkerProcess) -> None:
         """``worker`` is free: to the first run waiting for its environment, else idle."""
@@ -792,7 +832,7 @@ class Pool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _spawn(self, key: tuple[tuple[str, str], ...]) -> WorkerProcess:
+    async def _spawn(self, key: Key, devices: Key = ()) -> WorkerProcess:
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -800,6 +840,7 @@ class Pool:
         env = {
             **self._base_env,
             **dict(key),
+            **dict(devices),
             **self._marks,
             worker_main.MARK_VAR: token,
             worker_main.FD_VAR: str(theirs.fileno()),
@@ -834,7 +875,7 @@ class Pool:
                 os.close(fd)
         ours.setblocking(False)
         output = _Output(transport.get_pid(), out_r, err_r, worker_main.mark(token))
-        worker = WorkerProcess(transport, exit_, output, key, self._answered)
+        worker = WorkerProcess(transport, exit_, output, key, self._answered, devices)
         try:
             await worker.connect(ours, READY_TIMEOUT_S)
         except BaseException:

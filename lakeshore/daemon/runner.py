@@ -199,7 +199,8 @@ class Runner:
                 ``env`` (the job's ``LAKESHORE_JOB_ID``, ``LAKESHORE_ATTEMPT``, …).
             mark: unique to this run: its processes carry it as ``LAKESHORE_RUN``.
             devices: the run's device set (``CUDA_VISIBLE_DEVICES`` …), over the
-                invocation's ``env``: a function runs in a worker process started with it.
+                invocation's ``env``: a function runs in a worker process that has it
+                (:mod:`~lakeshore.daemon.pool`).
 
         Returns:
             The outcome; failures are outcomes, not exceptions.
@@ -221,7 +222,7 @@ class Runner:
         if inv.fn and inv.isolation is Isolation.INLINE:
             return await _in_thread(self._threads, lambda: _call(inv.fn, inv.args, inv.kwargs))
         if inv.fn:
-            return await self._function(inv, capture, env, mark, {**devices, **shipped})
+            return await self._function(inv, capture, env, mark, shipped, devices)
         return Outcome(ok=False, error=remote_error(ValueError("neither fn nor command is set")))
 
     async def _code_directory(self, digest: str) -> Path:
@@ -240,7 +241,8 @@ class Runner:
         capture: Capture,
         env: Mapping[str, str],
         mark: str,
-        started_with: Mapping[str, str],
+        shipped: Mapping[str, str],
+        devices: Mapping[str, str],
     ) -> Outcome:
         assert inv.fn is not None
         try:
@@ -248,13 +250,14 @@ class Runner:
                 inv.fn,
                 inv.args,
                 inv.kwargs,
-                # Workers are kept per environment: one of a snapshot runs only its runs,
-                # one started with a device set only the runs granted those devices.
-                env={**inv.env, **started_with},
+                # Workers are kept per environment: one of a snapshot runs only its runs.
+                # Its devices a worker takes from each run until CUDA pinned it to some.
+                env={**inv.env, **shipped},
                 run_env=env,
                 mark=mark,
                 grace_s=inv.stop_grace_s,
                 capture=capture,
+                devices=devices,
             )
         except OSError as e:  # no worker process could be started
             return Outcome(ok=False, error=remote_error(e))

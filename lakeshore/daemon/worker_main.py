@@ -12,7 +12,8 @@ body:
   costs one wake-up each way, not one per run); the worker runs them strictly in order;
 - worker → daemon: a :class:`Done` frame per call, or a :class:`Stale` one when a module it
   imported earlier has changed on disk since (it exits; the daemon runs the call on a new
-  worker);
+  worker), or a :class:`Pinned` one when the call names other devices than the worker's
+  and CUDA may have read them (below; the daemon runs the call on another worker);
 - daemon → worker: :class:`Withdraw` (ids of calls it sent), followed by
   :data:`WITHDRAW_SIGNAL` so that a worker busy in a long run reads it at once (its handler
   does so only while the user's function runs; otherwise the worker reads it before its next
@@ -20,6 +21,12 @@ body:
   started, and never will here) and which it kept (started, or already answered). After a
   stop, a stale module or a run that left processes behind, the worker runs nothing more:
   it answers every call it holds or gets ``Withdrawn`` unasked.
+
+A call names its run's devices (``CUDA_VISIBLE_DEVICES``, ``CUDA_DEVICE_ORDER``,
+``LAKESHORE_GPUS``). CUDA reads them once, when it initialises in the process, so a worker
+takes other devices than its last run's only while CUDA's driver library (``libcuda``) is
+not in it: it sets them in its environment for good and runs the call. Once a run loaded
+the library, the worker runs only calls of its devices; others it answers ``Pinned``.
 
 It imports little (``asyncio``, ``hashlib`` and ``traceback`` only when a run needs them):
 a worker's start is on the path of a run that waits for one.
@@ -86,6 +93,9 @@ class Call(msgspec.Struct, frozen=True, tag="call"):
     kwargs: dict[str, Any]
     #: variables set for this run only (``LAKESHORE_JOB_ID``, ``LAKESHORE_RUN``, …)
     env: dict[str, str]
+    #: the run's devices (``CUDA_VISIBLE_DEVICES`` …): the worker's from this run on
+    #: (``None``: those it has)
+    devices: dict[str, str] | None = None
 
 
 class Done(msgspec.Struct, frozen=True, tag="done"):
@@ -116,6 +126,15 @@ class Stale(msgspec.Struct, frozen=True, tag="stale"):
     path: str
 
 
+class Pinned(msgspec.Struct, frozen=True, tag="pinned"):
+    """The call names other devices than the worker's, and CUDA may have read the worker's
+    (its driver library is loaded): this worker does not run it."""
+
+    id: int
+    #: the devices the worker keeps
+    devices: dict[str, str]
+
+
 class Withdraw(msgspec.Struct, frozen=True, tag="withdraw"):
     """The daemon takes back these calls if they have not started."""
 
@@ -129,7 +148,7 @@ class Withdrawn(msgspec.Struct, frozen=True, tag="withdrawn"):
     kept: list[int] = []
 
 
-Frame = Call | Ready | Done | Stale | Withdraw | Withdrawn
+Frame = Call | Ready | Done | Stale | Pinned | Withdraw | Withdrawn
 
 
 class RunStopped(BaseException):
@@ -186,6 +205,8 @@ class _Worker:
         #: how many modules were loaded when ``_files`` was last brought up to date
         self._modules_seen = 0
         self._digests: dict[tuple[str, int, int], str] = {}
+        #: the devices of its runs (``None``: none named yet)
+        self._devices: dict[str, str] | None = None
         self._roots = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, _here()})
 
     def serve(self) -> None:
@@ -208,6 +229,10 @@ class _Worker:
                 self._send(Stale(id=call.id, path=changed))
                 self._retire()
                 return
+            if not self._take_devices(call):
+                assert self._devices is not None
+                self._send(Pinned(id=call.id, devices=self._devices))
+                continue
             done = self._run(call)
             self._send(done)
             if self._stopped:
@@ -215,6 +240,18 @@ class _Worker:
                 return
             if done.left:
                 self._retire()  # served on until the daemon closes its end
+
+    def _take_devices(self, call: Call) -> bool:
+        """Make the call's devices the worker's, unless CUDA may have read others already
+        (then ``False``: the call is not run here)."""
+        wanted = call.devices
+        if wanted is None or wanted == self._devices:
+            return True
+        if self._devices is not None and _cuda_loaded():
+            return False
+        os.environ.update(wanted)
+        self._devices = wanted
+        return True
 
     def _retire(self) -> None:
         self._retired = True
@@ -372,6 +409,17 @@ class _Worker:
         except OSError:
             return None
         return self._digests[key]
+
+
+def _cuda_loaded() -> bool:
+    """Whether CUDA's driver library is mapped into this process (CUDA may then have read
+    ``CUDA_VISIBLE_DEVICES``; it cannot have without it). Where the maps cannot be read,
+    taken to be: a worker that cannot tell keeps its devices."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return b"/libcuda.so" in f.read()
+    except OSError:
+        return True
 
 
 def _tie_to_daemon() -> bool:

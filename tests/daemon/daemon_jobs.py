@@ -192,6 +192,20 @@ def waits_in_a_process(path: str) -> int:
     return os.getpid()
 
 
+def sees_devices() -> tuple[str | None, int]:
+    """The devices this run's environment names, and its worker's pid."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def loads_cuda(path: str) -> tuple[str | None, int]:
+    """Loads the shared library at ``path`` (a stand-in for CUDA's driver library: no GPU
+    here) as CUDA's initialisation would; what :func:`sees_devices` says."""
+    import ctypes
+
+    ctypes.CDLL(path)
+    return sees_devices()
+
+
 def _until(ready: Callable[[], bool], timeout_s: float, what: str, every_s: float = 0.01) -> None:
     """Return once ``ready()``; ``TimeoutError`` naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

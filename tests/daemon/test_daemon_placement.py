@@ -189,8 +189,8 @@ async def test_runs_get_only_their_devices_and_no_gpu_run_sees_none(bench, daemo
     assert got[one]["devices"] in ("1", "3") and got[one]["order"] == "PCI_BUS_ID"
     assert got[one]["uuids"].startswith("GPU-")
     assert got[none]["devices"] == "" and got[none]["uuids"] == ""
-    # Worker processes are per device set: the two ran in different processes.
-    assert got[one]["pid"] != got[none]["pid"]
+    # (One worker may have run both: neither loaded CUDA. A worker CUDA pinned to its
+    # devices runs no other's: tests/daemon/test_worker_wire.py.)
 
 
 async def test_a_request_no_daemon_here_can_fit_is_handed_on_to_one_that_can(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pathlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -223,3 +224,48 @@ def test_a_pipes_bytes_go_to_the_run_that_wrote_them_however_the_reads_cut_them(
     pipe.flush()
     assert [bytes(b) for b in got] == [*outputs, b"\0" + mark[:5]]
     assert list(pipe.captures) == [captures[-1]]
+
+
+def _devices(visible: str) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+async def _on(p: Pool, visible: str, fn: str = "sees_devices", *args: object) -> tuple[str, int]:
+    answer, _ = await p.run(
+        f"daemon_jobs:{fn}", list(args), {}, env={}, run_env={}, mark=f"wire-{uuid.uuid4().hex}",
+        grace_s=5.0, capture=Capture(), devices=_devices(visible),
+    )  # fmt: skip
+    assert answer is not None and answer.ok, answer
+    seen, pid = answer.value
+    return seen, pid
+
+
+async def test_a_worker_takes_each_runs_devices_until_a_run_loaded_cuda_in_it(pool, tmp_path):
+    # No GPU here: the stand-in for CUDA's driver library is a copy of a shared library
+    # the interpreter has, named as NVIDIA's (what the worker looks for in its maps).
+    import _ctypes
+
+    libcuda = tmp_path / "libcuda.so.1"
+    libcuda.write_bytes(pathlib.Path(_ctypes.__file__).read_bytes())
+    # One idle worker to begin with (a run that waits for a start may see a second begun).
+    worker = await pool._spawn(())
+    pool._idle.append(worker)
+    first = worker.pid
+    # Runs of other devices take the same worker, each seeing its own.
+    seen = [await _on(pool, visible) for visible in ("0", "1", "", "0,1")]
+    assert seen == [("0", first), ("1", first), ("", first), ("0,1", first)]
+    # A run that loads CUDA pins its worker to its devices (2).
+    assert await _on(pool, "2", "loads_cuda", str(libcuda)) == ("2", first)
+    # Another device set now runs on another worker; the pinned one runs its own again.
+    other, second = await _on(pool, "3")
+    assert (other, second != first) == ("3", True)
+    assert await _on(pool, "2") == ("2", first)
+    assert await _on(pool, "3") == ("3", second)
+    # A call naming other devices sent to the pinned worker is refused there, not run.
+    [pinned] = [w for w in pool._idle if w.pid == first]
+    assert pinned.pinned and pinned.devices == tuple(sorted(_devices("2").items()))
+    call = Call(id=0, fn="daemon_jobs:sees_devices", args=[], kwargs={}, env={},
+                devices=_devices("0"))  # fmt: skip
+    refused = await pinned.send(call, Capture()).future
+    assert isinstance(refused, worker_main.Pinned)
+    assert refused.devices == _devices("2")
