@@ -9,7 +9,9 @@ output); this script checks the two things only a real GPU can tell:
    (``torch.cuda`` where torch is installed, else the driver API: ``bench/gpu_probe.py``)
    number what it asked, are the host's, and ``0`` for a run that asked for none; and among
    ``--runs`` random requests held ``--hold`` s each, no two runs that overlapped in time
-   saw a common device.
+   saw a common device. The runs share warm worker processes, so this also checks that a
+   worker in which CUDA initialised runs only runs of its own devices (a worker takes
+   other devices only while CUDA's driver library is not loaded in it: docs/resources.md).
 
     .venv/bin/python bench/gpu_check.py [--runs 40] [--hold 0.5]
 
