@@ -176,6 +176,26 @@ async def test_a_large_request_is_not_overtaken_by_smaller_ones_behind_it(
     assert started - claimed.ts.timestamp() < 0.4 + 2.0
 
 
+async def test_a_daemon_with_gpus_claims_one_at_a_time_and_hands_nothing_back(
+    bench, daemons, tmp_path
+) -> None:
+    # Pulled in batches, a claim held for want of GPUs handed the rest of its batch back:
+    # each a redelivery, which the next daemon checks with the control plane first.
+    await bench.queue("mixed")
+    log = tmp_path / "runs.log"
+    rng = random.Random(39)
+    asks = [rng.randint(0, 4) for _ in range(60)]
+    ids = await bench.submit("mixed", *(recorded(log, 0.01, gpus=n) if n else recorded(log, 0.01)
+                                         for n in asks))  # fmt: skip
+    await daemons.start("gpu-1", environ=host("h100x8"), queues=["mixed"], gpus="4",
+                        concurrency=4)  # fmt: skip
+    await bench.events.wait_count(EventType.SUCCEEDED, len(ids), timeout_s=120)
+    claims = [e for e in bench.events.of(EventType.CLAIMED) if e.invocation_id in set(ids)]
+    assert sorted(e.invocation_id for e in claims) == sorted(ids)  # each claimed once
+    assert {e.epoch for e in claims} == {1}  # no delivery handed back
+    assert len(runs_of(log)) == len(ids)
+
+
 async def test_runs_get_only_their_devices_and_no_gpu_run_sees_none(bench, daemons) -> None:
     await bench.queue("train")
     await daemons.start("gpu-1", environ=host("a100x8"), queues=["train"], gpus="1,3",
