@@ -210,11 +210,15 @@ class _Worker:
         self._roots = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, _here()})
 
     def serve(self) -> None:
+        """Say :class:`Ready`, then run what comes until the daemon closes its end."""
+        # Before Ready: from then on the daemon may ask calls back, and the signal's default
+        # action would kill the worker (a no-op crashed so, 1 in 10,000, on a busy machine).
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon's Ctrl-C is its to handle
         # As SIGTERM's: a system call it interrupts returns to Python (which retries it,
         # PEP 475) so that the handler runs at once, not when a restarted call ends.
         signal.signal(WITHDRAW_SIGNAL, self._on_withdraw)
+        self._send(Ready())
         while True:
             self._take(block=not self._queue)  # what came meanwhile, withdraws first
             if self._closed:
@@ -549,7 +553,6 @@ def main() -> None:
     for fd in (out, err):
         os.set_inheritable(fd, False)  # a run's subprocesses get them as their fds 1 and 2
     worker = _Worker(sock, out, err, os.environ.pop(MARK_VAR))
-    sock.sendall(encode(Ready()))
     worker.serve()
 
 

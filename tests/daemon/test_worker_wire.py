@@ -269,3 +269,34 @@ async def test_a_worker_takes_each_runs_devices_until_a_run_loaded_cuda_in_it(po
     refused = await pinned.send(call, Capture()).future
     assert isinstance(refused, worker_main.Pinned)
     assert refused.devices == _devices("2")
+
+
+#: Put on a worker's path as ``sitecustomize``: the worker sleeps right after it says Ready,
+#: so that a withdraw signal sent at that moment finds it in whatever state Ready left it.
+SLOW_AFTER_READY = """
+import socket, time
+_sendall = socket.socket.sendall
+def sendall(self, data, *args):
+    done = _sendall(self, data, *args)
+    if b"ready" in data:
+        time.sleep(0.3)
+    return done
+socket.socket.sendall = sendall
+"""
+
+
+async def test_a_withdraw_signal_the_moment_a_worker_is_ready_does_not_kill_it(tmp_path):
+    # The signal's default action is to end the process: a worker that said Ready before
+    # it handled the signal died of a withdraw (a no-op ended "killed by signal 37").
+    (tmp_path / "sitecustomize.py").write_text(SLOW_AFTER_READY)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = Pool(env, size=1, max_runs=None)
+    worker = await p._spawn(())
+    try:
+        os.kill(worker.pid, worker_main.WITHDRAW_SIGNAL)
+        call = Call(id=0, fn="daemon_jobs:says", args=["alive"], kwargs={}, env={})
+        done = await worker.send(call, Capture()).future
+        assert done is not None and done.value == "alive", (done, worker.returncode)
+    finally:
+        await worker.close()
+        await p.close()
