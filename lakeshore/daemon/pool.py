@@ -359,8 +359,9 @@ class WorkerProcess:
         withdraw was asked."""
         return sent.kept or next(iter(self._sent.values()), None) is sent
 
-    def send(self, call: Call, capture: Capture) -> Sent:
-        """Send ``call``; its output goes to ``capture``."""
+    def send(self, call: Call, capture: Capture, devices: Key | None = None) -> Sent:
+        """Send ``call``; its output goes to ``capture``; ``devices``: its devices (those of
+        ``call.devices``, as a key), the worker's from this call on."""
         assert self._channel is not None
         loop = asyncio.get_running_loop()
         self.runs += 1
@@ -368,8 +369,8 @@ class WorkerProcess:
         if not self._sent:
             self.head_since = loop.time()
         sent = self._sent[self._next_id] = Sent(capture, loop.create_future())
-        if call.devices is not None:
-            self.devices = tuple(sorted(call.devices.items()))
+        if devices is not None:
+            self.devices = devices
         self.output.expect(capture)
         frame = msgspec.structs.replace(call, id=self._next_id)
         self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
@@ -575,7 +576,7 @@ class Pool:
         wanted: Key = tuple(sorted(devices.items())) if devices else ()
         while True:
             worker = await self._take(key, wanted)
-            answer = await self._run_on(worker, call, mark, grace_s, capture)
+            answer = await self._run_on(worker, call, wanted, mark, grace_s, capture)
             if answer == WITHDRAWN:
                 continue  # it never started there: the next worker free runs it
             if isinstance(answer, Stale):
@@ -588,11 +589,17 @@ class Pool:
             return answer, worker.returncode if answer is None else None
 
     async def _run_on(
-        self, worker: WorkerProcess, call: Call, mark: str, grace_s: float, capture: Capture
+        self,
+        worker: WorkerProcess,
+        call: Call,
+        devices: Key,
+        mark: str,
+        grace_s: float,
+        capture: Capture,
     ) -> Done | Stale | Pinned | str | None:
         loop = asyncio.get_running_loop()
         procs = RunProcesses(worker.pid, mark)
-        sent = worker.send(call, capture)
+        sent = worker.send(call, capture, devices or None)
         answer: Done | Stale | Pinned | str | None = None
         try:
             answer = await sent.future
