@@ -21,8 +21,13 @@ before its run starts, and given back when the run ends; the run's environment g
 devices (``CUDA_VISIBLE_DEVICES`` …). A claim that can never fit here is handed back for
 :data:`NOT_HERE_RETRY_S`. A claim that fits the daemon but not what is free now is **held**:
 its lease is renewed, nothing else is claimed, and it starts as soon as the runs ending
-free enough — so a large request is never overtaken for ever by smaller ones behind it: it
-waits at most for the longest of the runs that were running when it was claimed. Where a
+free enough. A claim still held after ``hold_s`` is handed back, for a daemon that has room
+for it now (two daemons of 2 GPUs and two 2-GPU runs: the first daemon to pull must not keep
+both while the other idles), and the daemon keeps it **reserved**: it claims nothing until
+what it asked is free, then claims again — and gets it back first if nobody took it (a
+consumer serves its redeliveries before new messages). So a large request is never
+overtaken for ever by smaller ones behind it: it waits at most for the longest of the runs
+that were running when it was claimed (and one poll). Where a
 claim may not fit what is free — a daemon with GPUs, or one whose last claim asked for
 resources — claims are pulled **one at a time**: each is started or held before the next
 is pulled, so none waits in a batch behind a held one. Otherwise (runs asking nothing) a
@@ -133,6 +138,8 @@ class Dispatcher:
         idle_poll_s: longest wait without a nudge before scanning again (seconds).
         drain_timeout_s: how long running jobs may take once retiring (seconds).
         ledger: what the daemon has, and what its runs hold.
+        hold_s: how long a claim is held for want of free resources before it is handed
+            back (and its request reserved), for a daemon that can start it now.
     """
 
     def __init__(
@@ -144,6 +151,7 @@ class Dispatcher:
         idle_poll_s: float,
         drain_timeout_s: float,
         ledger: Ledger,
+        hold_s: float,
     ) -> None:
         self._claimer = claimer
         self._ledger = ledger
@@ -151,6 +159,9 @@ class Dispatcher:
         self._grants: dict[int, Grant] = {}
         #: a claim whose request does not fit what is free now, waiting for it
         self._held: Held | None = None
+        self._hold_s = hold_s
+        #: the request of a held claim handed back: nothing is claimed until it fits
+        self._reserved: Resources | None = None
         #: the last claim asked for resources (claims are then pulled one at a time)
         self._asked = False
         self._ctx = ctx
@@ -232,8 +243,12 @@ class Dispatcher:
                 await self._start_held(runs)
                 if self._held is not None:
                     free = 0  # nothing smaller overtakes the held claim
-                elif self._one_at_a_time():
-                    free = min(free, 1)
+                elif self._reserved is not None and not self._ledger.fits_now(self._reserved):
+                    free = 0  # nor the one handed back, until it fits
+                else:
+                    self._reserved = None
+                    if self._one_at_a_time():
+                        free = min(free, 1)
                 recheck = False
                 if free > 0:
                     recheck, self._nudged = self._nudged, False
@@ -248,7 +263,9 @@ class Dispatcher:
                     self._claimer.handed_over(claims)
                     if claims:
                         continue
-                if free <= 0:
+                if self._held is not None:
+                    await self._wait(max(self._held.since + self._hold_s - loop.time(), 0))
+                elif free <= 0:
                     await self._wait(None)
                 elif recheck:  # then claim once more; a new nudge would recheck again
                     await self._wait(NUDGE_RECHECK_S)
@@ -326,9 +343,19 @@ class Dispatcher:
         self._held = Held(claim, request, lease, asyncio.get_running_loop().time())
 
     async def _start_held(self, runs: asyncio.TaskGroup) -> None:
-        """Start the held claim if what it needs is free now."""
+        """Start the held claim if what it needs is free now; hand it back, reserving what
+        it asks, once it was held ``hold_s``."""
         held = self._held
-        if held is None or (grant := self._ledger.take(held.request)) is None:
+        if held is None:
+            return
+        if (grant := self._ledger.take(held.request)) is None:
+            waited = asyncio.get_running_loop().time() - held.since
+            if waited >= self._hold_s:
+                self._reserved = held.request
+                await self._let_go_held(
+                    f"held {waited:.1f} s; {describe_request(held.request)} reserved here, "
+                    "nothing else claimed until they are free"
+                )
             return
         self._held = None
         await held.lease.__aexit__(None, None, None)

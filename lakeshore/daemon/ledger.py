@@ -68,6 +68,10 @@ class Ledger:
         gpus = sorted(self._free_gpus.values(), key=lambda g: g.index)
         return Capacity(gpus=gpus, cpus=round(self._cpus, 6), memory=self._memory)
 
+    def fits_now(self, r: Resources) -> bool:
+        """Whether ``r`` fits what is free now."""
+        return fits(r, self.free(), self._labels)
+
     def take(self, r: Resources) -> Grant | None:
         """Hold what ``r`` asks for, or ``None`` (nothing taken) when it does not fit now."""
         free = self.free()

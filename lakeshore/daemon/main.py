@@ -199,6 +199,7 @@ async def _serve(
         concurrency=settings.concurrency,
         idle_poll_s=settings.idle_poll_s,
         drain_timeout_s=settings.drain_timeout_s,
+        hold_s=settings.hold_s,
         ledger=Ledger(reg.resources or Capacity(), settings.labels),
     )
     heart = Heartbeater(

@@ -38,6 +38,9 @@ class DaemonSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Period of heartbeats, which also carry membership changes (seconds)."""
     idle_poll_s: Seconds = 1.0
     """Longest wait for a nudge before scanning the member queues again (seconds)."""
+    hold_s: Seconds = 2.0
+    """How long a claim waits here for resources its runs hold before it is handed back for
+    a daemon that has them free now (this one then claims nothing until they free here)."""
     drain_timeout_s: Seconds = 30.0
     """On SIGTERM or retire, how long current runs may take before being interrupted."""
     request_timeout_s: Seconds = 5.0

@@ -261,8 +261,9 @@ async def test_a_request_that_fits_but_waits_says_waiting_for_resources(
     api, bench, daemons, tmp_path
 ) -> None:
     await bench.queue("train")
+    # held for as long as the test looks (a claim held past hold_s is handed back: below)
     await daemons.start("gpu-1", environ=host("h100x8"), queues=["train"], gpus="2",
-                        concurrency=2)  # fmt: skip
+                        concurrency=2, hold_s=600)  # fmt: skip
     gate = tmp_path / "go"
     wait = command("sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.02; done')
     [first] = await bench.submit("train", {**wait, "resources": {"gpus": 1}})
@@ -286,3 +287,34 @@ async def test_a_request_that_fits_but_waits_says_waiting_for_resources(
     gate.touch()
     for job in (first, second):
         assert await bench.events.wait_final(job) is EventType.SUCCEEDED
+
+
+async def test_a_claim_held_past_hold_s_goes_to_a_daemon_with_room_and_waits_for_nothing_here(
+    bench, daemons, tmp_path, caplog
+) -> None:
+    # Two daemons of 2 GPUs, two 2-GPU runs: the first daemon to pull took both and kept the
+    # second until its first run ended, while the other daemon idled (a Slurm test saw it).
+    caplog.set_level(logging.INFO, "lakeshore.daemon.dispatcher")
+    await bench.queue("train")
+    gpu_1 = await daemons.start("gpu-1", environ=host("h100x8"), queues=["train"], gpus="2",
+                                concurrency=2, hold_s=0.3)  # fmt: skip
+    gate = tmp_path / "go"
+    wait = command("sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.02; done')
+    [first] = await bench.submit("train", {**wait, "resources": {"gpus": 2}})
+    await bench.events.wait_count(EventType.STARTED, 1)
+    [second] = await bench.submit("train", recorded(tmp_path / "log", 0, gpus=2))
+    said = f"{second}: handed back (held "
+    await eventually(lambda: caplog.text, until=lambda text: said in text, timeout_s=10,
+                     what="the held claim handed back")  # fmt: skip
+    assert "2 GPUs, 1 CPU reserved here, nothing else claimed until they are free" in caplog.text
+    # Reserved: gpu-1 claims nothing, not even what would fit what it has free (CPUs).
+    [small] = await bench.submit("train", recorded(tmp_path / "log", 0))
+    gpu_2 = await daemons.start("gpu-2", environ=host("h100x8"), queues=["train"], gpus="2",
+                                concurrency=2)  # fmt: skip
+    for job in (second, small):
+        assert await bench.events.wait_final(job, timeout_s=30) is EventType.SUCCEEDED
+    claimed = {e.invocation_id: e.worker for e in bench.events.of(EventType.CLAIMED)}
+    assert claimed == {first: gpu_1.id, second: gpu_2.id, small: gpu_2.id}
+    assert EventType.SUCCEEDED not in bench.events.for_id(first)  # it ran on gpu-1 meanwhile
+    gate.touch()
+    assert await bench.events.wait_final(first) is EventType.SUCCEEDED

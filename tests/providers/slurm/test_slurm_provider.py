@@ -422,6 +422,15 @@ async def test_pending_gpu_work_scales_slurm_daemons_by_their_gres(bench):
     for job_id in jobs:
         shown = bench.slurm.show(job_id)
         assert "gres/gpu:h100=2" in shown or "gpu:h100:2" in shown, shown
+    # Both run at once, each on its own daemon: the first daemon to pull may take both,
+    # and hands the one it cannot start back after its hold_s (2 s) for the other.
+    for job_id in held:
+        await eventually(
+            lambda job_id=job_id: bench.api.get(f"{BASE}/jobs/{job_id}"),
+            until=lambda answer: answer[1].get("state") == "running",
+            timeout_s=WAIT_S,
+            what=f"{job_id} running",
+        )
     bench.gate.touch()
     results = [(await bench.result(i))["value"] for i in held]
     assert all(r["visible"] == "0,1" and r["job"] in jobs for r in results), results
