@@ -263,11 +263,13 @@ async def test_a_daemon_whose_server_is_gone_stops_on_sigterm_within_its_drain_b
         )
         await server.stop(signal.SIGKILL)
         # A run whose result was stored when NATS stopped taking its outcome's event (the
-        # plane's NATS failing with it): the daemon waits for the event to be stored.
+        # plane's NATS failing with it): the daemon waits for the event to be stored. (Its
+        # output is too large to travel in the event: it is put in LS_RESULTS first.)
         js = nc.jetstream()
         await js.delete_stream(subjects.EVENTS_STREAM)
+        printing = ["sh", "-c", "printf '%02000d' 0"]
         stray = Invocation(
-            id=new_id(), namespace="default", queue="work", command=["true"], submitted_at=now()
+            id=new_id(), namespace="default", queue="work", command=printing, submitted_at=now()
         )
         await js.publish(subjects.level_subject("default", "work", 0), codec.encode(stray))
         results = await js.key_value(subjects.RESULTS_BUCKET)

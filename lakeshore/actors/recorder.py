@@ -38,7 +38,7 @@ from lakeshore.bus.port import Delivery, Feed
 from lakeshore.errors import Invalid, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.fencing import Fence, Key
-from lakeshore.model import EventType, InvocationEvent, now
+from lakeshore.model import RESULT_DETAIL, EventType, InvocationEvent, inline_result, now
 from lakeshore.store.port import InvocationHistory
 
 if TYPE_CHECKING:
@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 #: events/s is measured over this window (seconds).
 RATE_WINDOW_S = 10.0
+#: Results carried by outcome events kept in memory (at most ``INLINE_RESULT_BYTES`` each):
+#: a result waiter is answered from here, without a read.
+CARRIED_RESULTS = 4_096
+_WITH_RESULT = frozenset({EventType.SUCCEEDED, EventType.FAILED})
 #: How long stopping waits for an append in progress (below the runtime's 5 s bound).
 STOP_TIMEOUT_S = 3.0
 
@@ -98,12 +102,30 @@ class HeldBy(Struct, frozen=True):
     worker: str
 
 
+class CarriedResult(Struct, frozen=True):
+    """Answered with the :class:`~lakeshore.model.Result` that the accepted outcome event of
+    attempt ``epoch`` carried, while it is among the :data:`CARRIED_RESULTS` newest, else
+    ``None`` (then the store has it, or ``LS_RESULTS``). No store query."""
+
+    namespace: str
+    id: str
+    epoch: int
+
+
 class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
 
 RecorderMsg = (
-    WaitFinished | WaitRecorded | Settled | Knows | Unfinished | HeldBy | GetStats | Compact
+    WaitFinished
+    | WaitRecorded
+    | Settled
+    | Knows
+    | Unfinished
+    | HeldBy
+    | CarriedResult
+    | GetStats
+    | Compact
 )
 
 
@@ -166,6 +188,8 @@ class Recorder(Actor[RecorderMsg]):
         self._writer_task: asyncio.Task[None] | None = None
         self._unfinished: dict[Key, Fence] = {}
         self._finished: OrderedDict[Key, Fence] = OrderedDict()
+        #: (epoch, detail) of the newest accepted outcomes that carry their result
+        self._carried: OrderedDict[Key, tuple[int | None, dict[str, Any]]] = OrderedDict()
         self._hwm: str | None = None
         self._waiters: dict[Key, list[asyncio.Future[Fence]]] = {}
         self._seq_waiters: list[tuple[int, asyncio.Future[int]]] = []
@@ -215,6 +239,9 @@ class Recorder(Actor[RecorderMsg]):
                     if claim is not None and claim[1] == worker:
                         held.append((inv_id, claim[0]))
                 return held
+            case CarriedResult(namespace=ns, id=inv_id, epoch=epoch):
+                carried = self._carried.get((ns, inv_id))
+                return inline_result(carried[1]) if carried and carried[0] == epoch else None
             case GetStats():
                 return self._stats()
             case Compact():
@@ -326,6 +353,11 @@ class Recorder(Actor[RecorderMsg]):
                 self._unfinished[key] = fence
         while len(self._finished) > self._cache_size:
             self._finished.popitem(last=False)
+        for ev in fenced.events:
+            if ev.type in _WITH_RESULT and ev.detail and RESULT_DETAIL in ev.detail:
+                self._carried[(ev.namespace, ev.invocation_id)] = (ev.epoch, ev.detail)
+        while len(self._carried) > CARRIED_RESULTS:
+            self._carried.popitem(last=False)
         top = max((k[1] for k in fenced.fences), default=None)
         if top is not None and (self._hwm is None or top > self._hwm):
             self._hwm = top

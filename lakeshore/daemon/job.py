@@ -3,11 +3,13 @@
 The job composes the policies (lease, timeout, retries) around the runner, then settles
 the claim in the order the data plane fixes:
 
-- success: put the ``Result``, event ``succeeded`` (stored), ``ack()``;
+- success: the ``Result`` in the event ``succeeded`` (stored), ``ack()`` — a result over
+  :data:`~lakeshore.model.INLINE_RESULT_BYTES` is put in ``LS_RESULTS`` first, the event
+  then without it;
 - failure with attempts left (``n`` < ``max_attempts``): event ``retrying`` (stored),
   ``nak(backoff(n))``, ``n`` being this attempt plus the earlier ones that failed — a
   preempted or lost one does not count (:attr:`Claim.earlier`);
-- last attempt failed: put the ``Result``, event ``failed`` (stored), ``term()``;
+- last attempt failed: the ``Result`` as on success, event ``failed`` (stored), ``term()``;
 - cancelled: a command's ``Result`` (what it printed, how it was stopped; best effort),
   event ``cancelled`` (stored, with the error saying how), ``term()``;
 - interrupted (drain ran out of time): ``nak()`` at once, event ``retrying`` with reason
@@ -45,7 +47,10 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from lakeshore.attempts import CRASHED, TIMED_OUT
+from lakeshore.bus import codec
 from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claim
 from lakeshore.daemon.events import EventPublisher
@@ -62,7 +67,16 @@ from lakeshore.daemon.policies import (
 )
 from lakeshore.daemon.runner import Capture, Outcome, Runner
 from lakeshore.errors import LakeshoreError, TooLarge, Unavailable
-from lakeshore.model import EventType, InvocationEvent, Isolation, RemoteError, Result, now
+from lakeshore.model import (
+    INLINE_RESULT_BYTES,
+    RESULT_DETAIL,
+    EventType,
+    InvocationEvent,
+    Isolation,
+    RemoteError,
+    Result,
+    now,
+)
 
 if TYPE_CHECKING:
     from lakeshore.daemon.metrics import DaemonMetrics
@@ -265,14 +279,14 @@ class Job:
             return
         if outcome.ok:
             try:
-                await self._put_result(outcome)
+                carried = await self._store_result(outcome)
             except TooLarge as e:
                 # No retry of the put can store it: the attempt fails. (Any other failure
                 # leaves the claim unsettled, for JetStream to redeliver after ack_wait.)
                 error = RemoteError(type="lakeshore.ResultTooLarge", message=str(e))
                 outcome = Outcome(ok=False, error=error, exit_code=outcome.exit_code)
             else:
-                await self._record(EventType.SUCCEEDED, self._detail(outcome))
+                await self._record(EventType.SUCCEEDED, self._detail(outcome, carried))
                 await self._finish(bus.ack(c.msg), "ack")
                 log.info("%s: succeeded", self._label)
                 return
@@ -284,8 +298,8 @@ class Job:
             await bus.nak(c.msg, delay)
             log.info("%s: failed (%s), retrying in %gs", self._label, _brief(outcome), delay)
         else:
-            await self._put_result(outcome)
-            await self._record(EventType.FAILED, self._detail(outcome))
+            carried = await self._store_result(outcome)
+            await self._record(EventType.FAILED, self._detail(outcome, carried))
             await self._finish(bus.term(c.msg), "term")
             log.info("%s: failed (%s), no attempts left", self._label, _brief(outcome))
 
@@ -312,7 +326,7 @@ class Job:
             stderr=capture.stderr_text(),
         )
         try:
-            await self._put_result(outcome)
+            await self._put_result(self._result(outcome))
         except LakeshoreError as e:
             log.warning("%s: the cancelled run's output is not stored: %s", self._label, e)
         return detail
@@ -341,9 +355,18 @@ class Job:
             # The outcome stands (and is stored); a redelivered attempt is fenced as stale.
             log.warning("%s: %s not confirmed: %s", self._label, what, e)
 
-    async def _put_result(self, outcome: Outcome) -> None:
-        c = self.claim
-        result = Result(
+    async def _store_result(self, outcome: Outcome) -> msgspec.Raw | None:
+        """The result as its outcome event carries it (its JSON), or ``None`` once it is put
+        in ``LS_RESULTS`` (over :data:`~lakeshore.model.INLINE_RESULT_BYTES`)."""
+        result = self._result(outcome)
+        data = codec.encode(result)
+        if len(data) <= INLINE_RESULT_BYTES:
+            return msgspec.Raw(data)
+        await self._put_result(result)
+        return None
+
+    def _result(self, outcome: Outcome) -> Result:
+        return Result(
             id=self.id,
             ok=outcome.ok,
             value=outcome.value,
@@ -354,6 +377,9 @@ class Job:
             output=outcome.output,
             stderr=outcome.stderr,
         )
+
+    async def _put_result(self, result: Result) -> None:
+        c = self.claim
         await persist(
             lambda: self._ctx.bus.put_result(c.invocation.namespace, self.id, c.epoch, result),
             within_s=c.ack_wait_s,
@@ -362,8 +388,10 @@ class Job:
             give_up=lambda: self._out_of_time,
         )
 
-    def _detail(self, outcome: Outcome) -> dict[str, Any]:
+    def _detail(self, outcome: Outcome, result: msgspec.Raw | None = None) -> dict[str, Any]:
         detail: dict[str, Any] = {"seq": self.claim.seq}
+        if result is not None:
+            detail[RESULT_DETAIL] = result
         if outcome.exit_code is not None:
             detail["exit_code"] = outcome.exit_code
         if outcome.error is not None:

@@ -30,7 +30,9 @@ from lakeshore.model.daemon import (
     Takeover,
 )
 from lakeshore.model.invocations import (
+    INLINE_RESULT_BYTES,
     MAX_BATCH,
+    RESULT_DETAIL,
     RETRIED_STATES,
     TERMINAL_STATES,
     Attempt,
@@ -54,6 +56,7 @@ from lakeshore.model.invocations import (
     Stopping,
     SubmitAnswer,
     SubmitBatch,
+    inline_result,
 )
 from lakeshore.model.names import (
     DEFAULT_MAX_LOST,
@@ -160,6 +163,8 @@ __all__ = [
     "EventBatch",
     "ClaimMark",
     "EventType",
+    "INLINE_RESULT_BYTES",
+    "RESULT_DETAIL",
     "FastResult",
     "FastSubmit",
     "Heartbeat",
@@ -178,6 +183,7 @@ __all__ = [
     "JobList",
     "RemoteError",
     "Result",
+    "inline_result",
     "RetryRequest",
     "Stopping",
     "StealGrant",

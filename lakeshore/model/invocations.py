@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta, Struct
 
 from lakeshore.model.code import Digest
@@ -255,7 +256,9 @@ class RemoteError(Struct, frozen=True, kw_only=True):
 
 
 class Result(Struct, frozen=True, kw_only=True):
-    """Stored in the results KV bucket under ``<ns>.<id>.<epoch>``."""
+    """An attempt's result: in its outcome event's ``detail`` (:data:`RESULT_DETAIL`) when
+    its JSON is at most :data:`INLINE_RESULT_BYTES`, else in the results KV bucket under
+    ``<ns>.<id>.<epoch>``."""
 
     id: str
     ok: bool
@@ -269,6 +272,25 @@ class Result(Struct, frozen=True, kw_only=True):
     output: str | None = None
     #: bounded tail of a command's stderr
     stderr: str | None = None
+
+
+#: A result whose JSON is at most this long travels in its outcome event (one JetStream write
+#: per run fewer than a put in ``LS_RESULTS``). Bounded so that a batch of events stays far
+#: below NATS's ``max_payload``.
+INLINE_RESULT_BYTES = 1024
+#: The key of an outcome event's ``detail`` that holds its result (see :class:`Result`).
+RESULT_DETAIL = "result"
+
+
+def inline_result(detail: dict[str, Any] | None) -> Result | None:
+    """The result an outcome event carries, or ``None`` (its result is in ``LS_RESULTS``)."""
+    raw = detail.get(RESULT_DETAIL) if detail else None
+    if raw is None:
+        return None
+    try:
+        return msgspec.convert(raw, Result)
+    except msgspec.ValidationError:
+        return None
 
 
 class Stopping(Struct, frozen=True, kw_only=True):

@@ -25,13 +25,21 @@ from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
-from lakeshore.actors.recorder import Knows, Settled, Unfinished, WaitFinished, WaitRecorded
+from lakeshore.actors.recorder import (
+    CarriedResult,
+    Knows,
+    Settled,
+    Unfinished,
+    WaitFinished,
+    WaitRecorded,
+)
 from lakeshore.actors.workers import LastReport, ListWorkers, Members, Report
 from lakeshore.attempts import stopping_text, tally
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import Conflict, Invalid, NotFound, QueueNotFound, Unavailable
 from lakeshore.fencing import open_claim
 from lakeshore.model import (
+    INLINE_RESULT_BYTES,
     TERMINAL_STATES,
     BatchTally,
     Cause,
@@ -394,7 +402,8 @@ class JobService:
             fence = finished.result() if finished.done() else None
             if fence is not None and fence.terminal in _WITH_RESULT:
                 epoch = fence.started_epoch
-                stored = watch and await watch.result(epoch)
+                stored = await self._recorder.ask(CarriedResult(namespace, job_id, epoch))
+                stored = stored or (watch and await watch.result(epoch))
                 stored = stored or await self._results.get_result(namespace, job_id, epoch)
                 if stored is not None:
                     return stored
@@ -527,8 +536,8 @@ class JobService:
 
     async def _stored_result(self, namespace: str, record: JobRecord) -> Result:
         job, epoch = record.job, record.result_epoch
-        stored = None
-        if epoch is not None:
+        stored = record.result
+        if stored is None and epoch is not None:
             stored = await self._results.get_result(namespace, job.id, epoch)
         if stored is not None:
             return stored
@@ -536,7 +545,9 @@ class JobService:
             error = job.error or RemoteError(type="lakeshore.Failed", message="no error recorded")
             return Result(id=job.id, ok=False, error=error, worker=job.worker, epoch=epoch or 0)
         raise NotFound(
-            f"the result of job {job.id!r} is no longer stored (results are kept for 7 days)"
+            f"the result of job {job.id!r} is no longer stored (a result of up to "
+            f"{INLINE_RESULT_BYTES:,} bytes is kept with the job's history, a larger one for "
+            "7 days)"
         )
 
     async def _stopped_result(self, namespace: str, job: JobDetail) -> Result | None:

@@ -42,6 +42,8 @@ from lakeshore.model import (
     Job,
     JobDetail,
     RemoteError,
+    Result,
+    inline_result,
 )
 from lakeshore.store import _rows, code_use, fences, images
 from lakeshore.store import job_sql as q
@@ -122,7 +124,20 @@ def get_job(con: Con, namespace: str, invocation_id: str, ranks: Ranks) -> JobRe
     job = _job(rec, JobDetail)
     ends = _RESULT_OUTCOMES.get(state, frozenset())
     result_epoch = next((a.epoch for a in job.attempts if a.outcome in ends), None)
-    return JobRecord(job=job, seq=seq, result_epoch=result_epoch, submitted=submitted)
+    return JobRecord(
+        job=job, seq=seq, result_epoch=result_epoch, submitted=submitted,
+        result=_carried_result(events, result_epoch),
+    )  # fmt: skip
+
+
+def _carried_result(events: list[tuple[Any, ...]], epoch: int | None) -> Result | None:
+    """The result the accepted outcome event of attempt ``epoch`` carries, if it does."""
+    if epoch is None:
+        return None
+    for type_, ev_epoch, _, _, _, raw in events:
+        if ev_epoch == epoch and type_ in _OUTCOME_TYPES:
+            return inline_result(_rows.from_json(raw))
+    return None
 
 
 def batch_tallies(con: Con, namespace: str, batches: list[str]) -> list[BatchTally]:
@@ -168,6 +183,8 @@ def queue_activity(
 
 
 #: The outcomes of the attempt whose result a job in this state keeps.
+#: the events that end an invocation with a result
+_OUTCOME_TYPES = frozenset({EventType.SUCCEEDED.value, EventType.FAILED.value})
 _RESULT_OUTCOMES = {
     InvocationState.SUCCEEDED: frozenset({"succeeded"}),
     InvocationState.FAILED: frozenset({"failed", TIMED_OUT, CRASHED}),
@@ -270,6 +287,11 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a["stopping"] = {"why": why, "since": ts, "grace_s": grace_s}
         if type_ in _COMPLETIONS:
             reason = detail.get("reason") if type_ == EventType.RETRYING else None
+            if reason == LOST_DAEMON and a["outcome"] is not None:
+                # The control plane's lost mark after the daemon's own outcome: its daemon
+                # was cut off when the run ended (the event is stamped then, published on
+                # its return). The outcome, accepted or stale, says more than the loss.
+                continue
             outcome = {INTERRUPTED: PREEMPTED, LOST_DAEMON: LOST}.get(reason, type_)
             if type_ in (EventType.RETRYING, EventType.FAILED) and detail.get("cause"):
                 outcome = detail["cause"]  # timed_out, crashed: how it ended

@@ -28,6 +28,7 @@ from lakeshore.model import (
     Provider,
     Queue,
     QueueEvent,
+    Result,
     Worker,
 )
 
@@ -42,6 +43,8 @@ class JobRecord(Struct, frozen=True, kw_only=True):
     result_epoch: int | None = None
     #: the detail of its ``submitted`` event: what a retry submits again
     submitted: dict[str, Any] | None = None
+    #: its result, when the accepted outcome's event carried it (else in ``LS_RESULTS``)
+    result: Result | None = None
 
 
 class QueueActivity(Struct, frozen=True, kw_only=True):

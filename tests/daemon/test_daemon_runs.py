@@ -6,11 +6,13 @@ import dataclasses
 import logging
 from pathlib import Path
 
+import nats.js.errors
+import pytest
 from daemon_support import WAIT_S, J, command, fn, wait_gone, wait_pid
 from polling import eventually
 
-from lakeshore.bus import subjects
-from lakeshore.model import EventType
+from lakeshore.bus import codec, subjects
+from lakeshore.model import INLINE_RESULT_BYTES, RESULT_DETAIL, EventType, Result
 
 
 async def test_a_function_runs_and_its_result_is_stored(bench, daemons):
@@ -30,6 +32,31 @@ async def test_a_function_runs_and_its_result_is_stored(bench, daemons):
     assert result.worker == daemon.id
     status, body = await bench.api.get(f"{J}/{inv_id}/result?wait_s=10")
     assert status == 200 and body["value"] == 5 and body["worker"] == daemon.id
+
+
+async def test_a_small_result_travels_in_its_outcome_event_and_a_large_one_in_ls_results(
+    bench, daemons
+):
+    q = await bench.queue("runs-carried")
+    await daemons.start("solo", queues=[q])
+    large = "x" * INLINE_RESULT_BYTES
+    small_id, large_id = await bench.submit(q, fn("add", 2, 3), fn("add", large, "y"))
+    for inv_id in (small_id, large_id):
+        assert await bench.events.wait_final(inv_id) is EventType.SUCCEEDED
+    carried = {
+        e.invocation_id: (e.detail or {}).get(RESULT_DETAIL)
+        for e in bench.events.of(EventType.SUCCEEDED, q)
+    }
+    assert carried[small_id]["value"] == 5 and carried[small_id]["epoch"] == 1
+    assert carried[large_id] is None
+    kv = await bench.js.key_value(subjects.RESULTS_BUCKET)
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get(subjects.result_key("default", small_id, 1))
+    stored = await kv.get(subjects.result_key("default", large_id, 1))
+    assert codec.decode(stored.value, Result).value == large + "y"
+    for inv_id, value in ((small_id, 5), (large_id, large + "y")):
+        status, body = await bench.api.get(f"{J}/{inv_id}/result?wait_s=10")
+        assert status == 200 and body["value"] == value, body
 
 
 async def test_a_coroutine_function_is_awaited(bench, daemons):
@@ -148,15 +175,17 @@ async def test_a_result_the_server_refuses_for_a_while_is_stored_in_the_same_att
 ):
     """While ``LS_RESULTS`` refuses puts (here: its message size is cut to one byte, as a
     reconnect or a stream election would fail them), the daemon holds the claim and stores
-    the result again, instead of leaving it to a redelivery an ``ack_wait`` later."""
+    the result again, instead of leaving it to a redelivery an ``ack_wait`` later (results
+    too large for their outcome event: a small one is not put there)."""
     caplog.set_level(logging.INFO, logger="lakeshore.daemon.policies.retries")
     q = await bench.queue("runs-refused")
     await daemons.start("solo", queues=[q])
     stream = f"KV_{subjects.RESULTS_BUCKET}"
+    large = "x" * INLINE_RESULT_BYTES
     config = (await bench.js.stream_info(stream)).config
     await bench.js.update_stream(dataclasses.replace(config, max_msg_size=1))
     try:
-        ids = await bench.submit(q, *[fn("add", i, 1) for i in range(3)])
+        ids = await bench.submit(q, *[fn("add", large, str(i)) for i in range(3)])
         await eventually(
             lambda: [r for r in caplog.records if "result not stored" in r.getMessage()],
             until=lambda refused: len({r.getMessage()[:36] for r in refused}) == len(ids),
@@ -167,4 +196,4 @@ async def test_a_result_the_server_refuses_for_a_while_is_stored_in_the_same_att
         await bench.js.update_stream(config)
     succeeded = await bench.events.wait_count(EventType.SUCCEEDED, len(ids), queue=q)
     assert {(e.invocation_id, e.epoch) for e in succeeded} == {(i, 1) for i in ids}
-    assert [(await bench.result(i, 1)).value for i in ids] == [1, 2, 3]
+    assert [(await bench.result(i, 1)).value for i in ids] == [large + str(i) for i in range(3)]

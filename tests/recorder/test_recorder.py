@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from harness import NS, QUEUE, WAIT_S, Harness, event
 
-from lakeshore.actors.recorder import GetStats, RecorderStats, WaitFinished
+from lakeshore.actors.recorder import CarriedResult, GetStats, RecorderStats, WaitFinished
 from lakeshore.bus.events import EventFeed, ensure_events_stream
-from lakeshore.model import EventType, InvocationState
+from lakeshore.model import RESULT_DETAIL, EventType, InvocationState
 
 S, C, ST = EventType.SUBMITTED, EventType.CLAIMED, EventType.STARTED
 OK, FAIL = EventType.SUCCEEDED, EventType.FAILED
@@ -57,6 +58,31 @@ async def test_a_late_completion_from_a_superseded_epoch_is_stale(harness: Harne
     assert record is not None
     assert (record.job.state, record.result_epoch, record.job.stale) == ("succeeded", 2, 1)
     assert [a.outcome for a in record.job.attempts] == ["stale", "succeeded"]
+
+
+async def test_the_result_an_accepted_outcome_carries_is_answered_and_a_stale_ones_is_not(
+    harness: Harness,
+) -> None:
+    # A small result travels in its outcome event (detail.result), not in LS_RESULTS.
+    def carrying(epoch: int, value: str) -> dict[str, Any]:
+        return {"seq": 1, RESULT_DETAIL: {"id": "c", "ok": True, "value": value, "epoch": epoch}}
+
+    await harness.start()
+    await harness.publish(event("c", S), event("c", C, 1), event("c", ST, 1))
+    await harness.publish(event("c", C, 2), event("c", ST, 2))
+    await harness.publish(event("c", OK, 1, detail=carrying(1, "late")))  # stale: superseded
+    seq = await harness.publish(event("c", OK, 2, detail=carrying(2, "kept")))
+    assert await harness.finished("c") is InvocationState.SUCCEEDED
+    assert harness.ref is not None
+    # Answered from memory once fenced, before the history has it ...
+    kept = await harness.ref.ask(CarriedResult(NS, "c", 2))
+    assert kept is not None and (kept.value, kept.epoch) == ("kept", 2)
+    assert await harness.ref.ask(CarriedResult(NS, "c", 1)) is None
+    # ... and from the history: the accepted outcome's, not the stale one's.
+    await harness.recorded(seq)
+    record = await harness.store.get_job(NS, "c")
+    assert record is not None and record.result_epoch == 2
+    assert record.result is not None and record.result.value == "kept"
 
 
 async def test_two_executions_of_one_epoch_by_one_daemon_are_two_attempts(

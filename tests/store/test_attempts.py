@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lakeshore.attempts import LOST_DAEMON
 from lakeshore.model import Cause, EventType, InvocationState
 from lakeshore.store import Store, open_store
 
@@ -58,6 +59,31 @@ async def test_two_executions_of_one_epoch_by_one_daemon_are_two_attempts(store:
     first, second = record.job.attempts
     assert first.ended_at < second.started_at < second.ended_at
     assert (record.job.state, record.job.stale, record.result_epoch) == ("succeeded", 1, 1)
+
+
+async def test_an_outcome_stamped_before_its_daemons_lost_mark_is_still_the_attempts(
+    store: Store,
+) -> None:
+    # A daemon cut off from NATS finished its run (its event stamped then), was marked lost,
+    # and published the outcome on its return, before the heir ran: the outcome was accepted
+    # and the heir's completion refused. The attempt is the one that succeeded, not lost.
+    def row(n: int, type_: EventType, epoch: int, by: str | None, **detail: Any) -> Any:
+        at = T0 + timedelta(seconds=n)
+        return (NS, Q, INV, at, type_, epoch, by, epoch, {"seq": 1, **detail})
+
+    await store.append_invocation_events([
+        (NS, Q, INV, T0, E.SUBMITTED, 0, None, None, {"seq": 1}),
+        row(1, E.CLAIMED, 1, "cut", run="r1"), row(2, E.STARTED, 1, "cut", run="r1"),
+        row(3, E.SUCCEEDED, 1, "cut", run="r1"),
+        row(4, E.RETRYING, 1, None, reason=LOST_DAEMON, worker="cut"),
+        row(5, E.CLAIMED, 2, "heir", run="r2"), row(6, E.STARTED, 2, "heir", run="r2"),
+        row(7, E.STALE, 2, "heir", run="r2", stale_type="succeeded"),
+    ])  # fmt: skip
+    record = await store.get_job(NS, INV)
+    assert record is not None
+    assert _shown(record) == [(1, 1, "cut", "succeeded", False), (2, 2, "heir", "stale", False)]
+    assert record.job.attempts[0].ended_at == T0 + timedelta(seconds=3)
+    assert (record.job.state, record.result_epoch) == ("succeeded", 1)
 
 
 async def test_overlapping_executions_of_one_epoch_keep_their_own_events(store: Store) -> None:
