@@ -319,6 +319,8 @@ class WorkerProcess:
         self._timer: asyncio.TimerHandle | None = None
         #: still fit for another run
         self.healthy = True
+        #: call frames of this turn of the event loop, written together at its end
+        self._unsent: list[bytes] = []
 
     async def connect(self, sock: socket.socket, timeout_s: float) -> None:
         """Read ``sock`` from now on and wait for the worker's ``Ready``.
@@ -373,9 +375,18 @@ class WorkerProcess:
             self.devices = devices
         self.output.expect(capture)
         frame = msgspec.structs.replace(call, id=self._next_id)
-        self._channel.write(worker_main.encode(frame))  # type: ignore[attr-defined]
+        # Written at the end of this turn with the others sent in it: each write to an idle
+        # worker wakes it, and on a busy machine the woken worker preempts the daemon.
+        self._unsent.append(worker_main.encode(frame))
+        if len(self._unsent) == 1:
+            loop.call_soon(self._write_unsent)
         self._watch_queue()
         return sent
+
+    def _write_unsent(self) -> None:
+        frames, self._unsent = self._unsent, []
+        if frames and self._channel is not None and not self._channel.is_closing():
+            self._channel.write(b"".join(frames))  # type: ignore[attr-defined]
 
     def _watch_queue(self) -> None:
         """Arm the worker's one timer: the calls queued behind its running one are asked
@@ -401,6 +412,7 @@ class WorkerProcess:
         ids = [i for i, s in behind if calls is None or s in calls]
         new = [i for i in ids if not self._sent[i].asked]
         if new and self._channel is not None and not self._channel.is_closing():
+            self._write_unsent()  # the calls in question first
             for i in new:
                 self._sent[i].asked = True
             frame = worker_main.Withdraw(ids=new)
@@ -477,6 +489,7 @@ class WorkerProcess:
         self.healthy = False
         self._closing = True
         if self._channel is not None:
+            self._write_unsent()
             self._channel.close()
         try:
             with contextlib.suppress(TimeoutError):
