@@ -38,7 +38,15 @@ from lakeshore.bus.port import Delivery, Feed
 from lakeshore.errors import Invalid, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.fencing import Fence, Key
-from lakeshore.model import RESULT_DETAIL, EventType, InvocationEvent, inline_result, now
+from lakeshore.model import (
+    RESULT_DETAIL,
+    RESULT_EVENTS,
+    EventType,
+    InvocationEvent,
+    InvocationState,
+    inline_result,
+    now,
+)
 from lakeshore.store.port import InvocationHistory
 
 if TYPE_CHECKING:
@@ -51,7 +59,6 @@ RATE_WINDOW_S = 10.0
 #: Results carried by outcome events kept in memory (at most ``INLINE_RESULT_BYTES`` each):
 #: a result waiter is answered from here, without a read.
 CARRIED_RESULTS = 4_096
-_WITH_RESULT = frozenset({EventType.SUCCEEDED, EventType.FAILED})
 #: How long stopping waits for an append in progress (below the runtime's 5 s bound).
 STOP_TIMEOUT_S = 3.0
 
@@ -354,7 +361,7 @@ class Recorder(Actor[RecorderMsg]):
         while len(self._finished) > self._cache_size:
             self._finished.popitem(last=False)
         for ev in fenced.events:
-            if ev.type in _WITH_RESULT and ev.detail and RESULT_DETAIL in ev.detail:
+            if ev.type in RESULT_EVENTS and ev.detail and RESULT_DETAIL in ev.detail:
                 self._carried[(ev.namespace, ev.invocation_id)] = (ev.epoch, ev.detail)
         while len(self._carried) > CARRIED_RESULTS:
             self._carried.popitem(last=False)
@@ -461,9 +468,16 @@ def on_server_clock(d: Delivery) -> list[InvocationEvent]:
 
 
 def _log_outcomes(fenced: fencing.Fenced) -> None:
+    """A line per job that ended otherwise than succeeded, and per stale completion; a
+    success only at DEBUG (the history has it: at thousands a second, a line each cost the
+    control plane a tenth of its CPU)."""
+    successes = log.isEnabledFor(logging.DEBUG)
     for key in fenced.finished:
         fence = fenced.fences[key]
-        log.info("job %s/%s %s (attempt %d)", *key, fence.state.value, fence.started_epoch)
+        if fence.terminal is InvocationState.SUCCEEDED and not successes:
+            continue
+        level = logging.DEBUG if fence.terminal is InvocationState.SUCCEEDED else logging.INFO
+        log.log(level, "job %s/%s %s (attempt %d)", *key, fence.state.value, fence.started_epoch)
     for ev in fenced.events if fenced.stale else ():
         if ev.type is EventType.STALE and ev.detail:
             why = ev.detail.get("stale_type"), ev.epoch, ev.detail.get("stale_reason")

@@ -282,6 +282,10 @@ INLINE_RESULT_BYTES = 1024
 RESULT_DETAIL = "result"
 
 
+#: The events that end an invocation with a result (the ones that may carry it).
+RESULT_EVENTS = frozenset({EventType.SUCCEEDED, EventType.FAILED})
+
+
 def inline_result(detail: dict[str, Any] | None) -> Result | None:
     """The result an outcome event carries, or ``None`` (its result is in ``LS_RESULTS``)."""
     raw = detail.get(RESULT_DETAIL) if detail else None

@@ -31,6 +31,7 @@ from lakeshore.attempts import (
 )
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import (
+    RESULT_EVENTS,
     RETRIED_STATES,
     TERMINAL_STATES,
     Attempt,
@@ -135,7 +136,7 @@ def _carried_result(events: list[tuple[Any, ...]], epoch: int | None) -> Result 
     if epoch is None:
         return None
     for type_, ev_epoch, _, _, _, raw in events:
-        if ev_epoch == epoch and type_ in _OUTCOME_TYPES:
+        if ev_epoch == epoch and type_ in RESULT_EVENTS:
             return inline_result(_rows.from_json(raw))
     return None
 
@@ -183,8 +184,6 @@ def queue_activity(
 
 
 #: The outcomes of the attempt whose result a job in this state keeps.
-#: the events that end an invocation with a result
-_OUTCOME_TYPES = frozenset({EventType.SUCCEEDED.value, EventType.FAILED.value})
 _RESULT_OUTCOMES = {
     InvocationState.SUCCEEDED: frozenset({"succeeded"}),
     InvocationState.FAILED: frozenset({"failed", TIMED_OUT, CRASHED}),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from harness import NS, QUEUE, WAIT_S, Harness, event
 
 from lakeshore.actors.recorder import CarriedResult, GetStats, RecorderStats, WaitFinished
@@ -83,6 +85,23 @@ async def test_the_result_an_accepted_outcome_carries_is_answered_and_a_stale_on
     record = await harness.store.get_job(NS, "c")
     assert record is not None and record.result_epoch == 2
     assert record.result is not None and record.result.value == "kept"
+
+
+async def test_a_failure_is_logged_a_line_and_a_success_only_at_debug(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "lakeshore.actors.recorder")
+    await harness.start()
+    for inv, end in (("ok-1", OK), ("bad-1", FAIL)):
+        await harness.publish(event(inv, S), *(event(inv, t, 1) for t in (C, ST, end)))
+    assert await harness.finished("bad-1") is InvocationState.FAILED
+    assert await harness.finished("ok-1") is InvocationState.SUCCEEDED
+    assert f"job {NS}/bad-1 failed (attempt 1)" in caplog.text
+    assert "ok-1" not in caplog.text
+    caplog.set_level(logging.DEBUG, "lakeshore.actors.recorder")
+    await harness.publish(event("ok-2", S), *(event("ok-2", t, 1) for t in (C, ST, OK)))
+    assert await harness.finished("ok-2") is InvocationState.SUCCEEDED
+    assert f"job {NS}/ok-2 succeeded (attempt 1)" in caplog.text
 
 
 async def test_two_executions_of_one_epoch_by_one_daemon_are_two_attempts(
