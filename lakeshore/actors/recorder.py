@@ -471,12 +471,13 @@ def _log_outcomes(fenced: fencing.Fenced) -> None:
     """A line per job that ended otherwise than succeeded, and per stale completion; a
     success only at DEBUG (the history has it: at thousands a second, a line each cost the
     control plane a tenth of its CPU)."""
-    successes = log.isEnabledFor(logging.DEBUG)
+    quiet = not log.isEnabledFor(logging.DEBUG)
     for key in fenced.finished:
         fence = fenced.fences[key]
-        if fence.terminal is InvocationState.SUCCEEDED and not successes:
+        succeeded = fence.terminal is InvocationState.SUCCEEDED
+        if succeeded and quiet:
             continue
-        level = logging.DEBUG if fence.terminal is InvocationState.SUCCEEDED else logging.INFO
+        level = logging.DEBUG if succeeded else logging.INFO
         log.log(level, "job %s/%s %s (attempt %d)", *key, fence.state.value, fence.started_epoch)
     for ev in fenced.events if fenced.stale else ():
         if ev.type is EventType.STALE and ev.detail:

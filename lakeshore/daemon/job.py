@@ -388,10 +388,11 @@ class Job:
             give_up=lambda: self._out_of_time,
         )
 
-    def _detail(self, outcome: Outcome, result: msgspec.Raw | None = None) -> dict[str, Any]:
+    def _detail(self, outcome: Outcome, carried: msgspec.Raw | None = None) -> dict[str, Any]:
+        """An outcome event's detail; ``carried``: its result (:meth:`_store_result`)."""
         detail: dict[str, Any] = {"seq": self.claim.seq}
-        if result is not None:
-            detail[RESULT_DETAIL] = result
+        if carried is not None:
+            detail[RESULT_DETAIL] = carried
         if outcome.exit_code is not None:
             detail["exit_code"] = outcome.exit_code
         if outcome.error is not None:
