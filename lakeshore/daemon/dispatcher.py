@@ -361,7 +361,7 @@ class Dispatcher:
         await held.lease.__aexit__(None, None, None)
         waited = asyncio.get_running_loop().time() - held.since
         log.info("%s: starts after holding its claim %.1f s", held.claim.invocation.id, waited)
-        self._start(runs, held.claim, grant)
+        self._start(runs, held.claim, grant, held=True)
 
     async def _let_go_held(self, why: str) -> None:
         """Hand the held claim back (retiring, or cancelled while it waited)."""
@@ -386,9 +386,11 @@ class Dispatcher:
                 "%s: not handed back (%s); redelivered after ack_wait", claim.invocation.id, e
             )
 
-    def _start(self, runs: asyncio.TaskGroup, claim: Claim, grant: Grant) -> None:
+    def _start(
+        self, runs: asyncio.TaskGroup, claim: Claim, grant: Grant, *, held: bool = False
+    ) -> None:
         key = next(self._serial)
-        job = Job(claim, self._ctx, on_ran=lambda: self._ran(key), devices=grant.env)
+        job = Job(claim, self._ctx, on_ran=lambda: self._ran(key), devices=grant.env, held=held)
         if self._ctx.metrics is not None:
             self._ctx.metrics.claimed(claim.queue)
         self._jobs[key] = job

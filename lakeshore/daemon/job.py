@@ -1,4 +1,4 @@
-"""One claim's life: claimed → started → succeeded / retrying / failed / cancelled.
+"""One claim's life: started → succeeded / retrying / failed / cancelled.
 
 The job composes the policies (lease, timeout, retries) around the runner, then settles
 the claim in the order the data plane fixes:
@@ -19,8 +19,12 @@ A run whose earlier attempt was preempted or lost sees ``LAKESHORE_PREEMPTED=1``
 
 An outcome's event is stored before the message is acknowledged: a daemon that dies in
 between leaves a redelivery (fenced as stale), never a finished run nobody recorded. The
-``claimed`` event is stored before the run starts: a run that kills its daemon at once still
-leaves its attempt in the history, ``lost`` (what ``max_lost`` counts).
+``started`` event is stored before the run starts: a run that kills its daemon at once still
+leaves its attempt in the history, ``lost`` (what ``max_lost`` counts). It carries the claim
+(queue level, stolen, takeover): a claim that starts at once has no ``claimed`` event of its
+own (one event per run fewer, for the daemon, NATS and the history). A claim that waited for
+resources first, or was stopped before it started, records ``claimed`` (stamped when it was
+delivered) before that.
 
 Every event of one job carries its run id (``detail.run``, a nonce per claim run): a
 delivery count restarted by a server crash can bring the same daemon the same epoch again,
@@ -85,9 +89,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _STOLEN = {False: "", True: " (stolen)"}
-#: How long a run waits for its ``claimed`` event to be stored before it starts anyway (the
-#: event stays buffered, ahead of the others): a run is not held up by a stream that does
-#: not take events, and a daemon dying at once is still counted when it does.
+#: How long a run waits for its ``started`` (or ``claimed``) event to be stored before it
+#: starts anyway (the event stays buffered, ahead of the others): a run is not held up by a
+#: stream that does not take events, and a daemon dying at once is still counted when it does.
 CLAIM_STORED_S = 5.0
 #: Longest error message carried in an event; the full error is in the Result.
 EVENT_MESSAGE_CHARS = 1_000
@@ -131,6 +135,8 @@ class Job:
         on_ran: called once the run is over, before the claim is settled (the dispatcher
             then frees the run slot and what the run held).
         devices: the run's device variables (``CUDA_VISIBLE_DEVICES`` …: its grant's).
+        held: the claim waited for resources before it was started (its ``claimed`` event
+            then tells when it was claimed).
     """
 
     def __init__(
@@ -139,8 +145,11 @@ class Job:
         ctx: JobContext,
         on_ran: Callable[[], None],
         devices: Mapping[str, str] | None = None,
+        *,
+        held: bool = False,
     ) -> None:
         self.claim = claim
+        self._held = held
         self._devices = dict(devices or {})
         self.id = claim.invocation.id
         #: until the run is over (the claim may still be settling after that)
@@ -194,10 +203,7 @@ class Job:
             # Held until settled: storing the result may wait out a reconnect.
             async with Lease(renew, c.ack_wait_s, self._label):
                 try:
-                    # Stored before the run starts: a run that kills its daemon at once is
-                    # still an attempt in the history, a lost one (the poison pill's count).
-                    await self._claim_recorded(detail)
-                    outcome = await self._execute()
+                    outcome = await self._execute(detail)
                 finally:
                     self.running = False
                     self._on_ran()
@@ -207,29 +213,37 @@ class Job:
         except Exception:
             log.exception("%s: failed inside the daemon; JetStream will redeliver it", self._label)
 
-    async def _claim_recorded(self, detail: dict[str, Any]) -> None:
+    async def _stored(self, type_: EventType, detail: dict[str, Any], at: datetime | None) -> None:
+        """Record the claim's first event before its run starts (see the module's text)."""
         try:
             async with asyncio.timeout(CLAIM_STORED_S):
-                await self._record(EventType.CLAIMED, detail, at=self.claim.delivered_at)
+                await self._record(type_, detail, at=at)
         except TimeoutError:
             log.warning(
-                "%s: its claimed event was not stored within %gs; running it anyway",
+                "%s: its %s event was not stored within %gs; running it anyway",
                 self._label,
+                type_,
                 CLAIM_STORED_S,
             )
 
-    async def _execute(self) -> Outcome | None:
-        """Run under its timeout; ``None`` when stopped by :meth:`stop`."""
-        if self._stop is not None:
+    async def _execute(self, claimed: dict[str, Any]) -> Outcome | None:
+        """Run under its timeout; ``None`` when stopped by :meth:`stop`. ``claimed``: the
+        claim's detail, which the ``started`` event carries when the run starts at once."""
+        c = self.claim
+        if self._held or self._stop is not None:
+            # Its claim is a fact of its own: the run waited for resources, or never starts.
+            await self._stored(EventType.CLAIMED, claimed, c.delivered_at)
+            if self._stop is not None:
+                return None
+            claimed = {"seq": c.seq}
+        inv = c.invocation
+        started = claimed if inv.code is None else {**claimed, "code": inv.code}
+        await self._stored(EventType.STARTED, started, None)
+        if self._stop is not None:  # stopped while its start was being stored
             return None
-        inv, c = self.claim.invocation, self.claim
         live = self._ctx.logs.open(inv, c.number) if self._ctx.logs is not None else None
         capture = self._capture = Capture(sink=live.write if live is not None else None)
         capture.on_term = self._terminating
-        started: dict[str, Any] = {"seq": c.seq}
-        if inv.code is not None:
-            started["code"] = inv.code  # the snapshot this attempt ran
-        self._emit(EventType.STARTED, started)
         log.info("%s: started", self._label)
         env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.number)} | _preempted(c)
         mark = f"{inv.id}.{self.run_id}"

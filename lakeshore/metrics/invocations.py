@@ -72,10 +72,10 @@ class InvocationMetrics:
                     self.submitted.inc()
                 case EventType.STALE:
                     self.stale.inc()
-                case EventType.CLAIMED if (ev.epoch or 0) > 1:
-                    self.redelivered.inc()
                 case EventType.STARTED:
-                    if (ev.epoch or 1) <= 1 and (at := submitted_at(ev.invocation_id)):
+                    if (ev.epoch or 0) > 1:
+                        self.redelivered.inc()
+                    elif at := submitted_at(ev.invocation_id):
                         self.wait.observe(max(0.0, (ev.ts - at).total_seconds()))
                     self._started[key] = ev.ts
                     self._started.move_to_end(key)

@@ -22,7 +22,7 @@ async def test_three_daemons_claim_each_invocation_exactly_once(bench, daemons):
         ids += await bench.submit(q, *[fn("noop")] * 50)
     succeeded = await bench.events.wait_count(EventType.SUCCEEDED, len(ids), queue=q)
     assert Counter(e.invocation_id for e in succeeded) == Counter(ids)
-    assert len(bench.events.of(EventType.CLAIMED, q)) == len(ids)
+    assert len(bench.events.of(EventType.STARTED, q)) == len(ids)
     assert {e.epoch for e in succeeded} == {1}
     results = await asyncio.gather(*(bench.result(i, 1) for i in ids))
     assert all(r.ok for r in results)
@@ -40,7 +40,7 @@ async def test_a_priority_queue_is_claimed_in_strict_priority_order(bench, daemo
     by_id = dict(zip(ids, priorities, strict=True))
     expected = sorted(ids, key=lambda i: -by_id[i])  # stable: fifo within a level
     assert [e.invocation_id for e in started] == expected
-    assert [e.detail["level"] for e in bench.events.of(EventType.CLAIMED, q)] == sorted(
+    assert [e.detail["level"] for e in bench.events.of(EventType.STARTED, q)] == sorted(
         priorities, reverse=True
     )
 
@@ -137,7 +137,7 @@ async def test_each_claim_is_marked_in_its_daemons_order_and_heartbeats_carry_th
     daemon = await daemons.start("marker", queues=[q], concurrency=1)
     ids = await bench.submit(q, *[fn("noop")] * 3)
     await bench.events.wait_count(EventType.SUCCEEDED, 3, queue=q)
-    marks = {e.invocation_id: e.detail["mark"] for e in bench.events.of(EventType.CLAIMED, q)}
+    marks = {e.invocation_id: e.detail["mark"] for e in bench.events.of(EventType.STARTED, q)}
     assert sorted(n for _, n in marks.values()) == [1, 2, 3]
     assert len({boot for boot, _ in marks.values()}) == 1
     for inv_id in ids:

@@ -190,7 +190,7 @@ async def test_a_daemon_with_gpus_claims_one_at_a_time_and_hands_nothing_back(
     await daemons.start("gpu-1", environ=host("h100x8"), queues=["mixed"], gpus="4",
                         concurrency=4)  # fmt: skip
     await bench.events.wait_count(EventType.SUCCEEDED, len(ids), timeout_s=120)
-    claims = [e for e in bench.events.of(EventType.CLAIMED) if e.invocation_id in set(ids)]
+    claims = [e for e in bench.events.of(EventType.STARTED) if e.invocation_id in set(ids)]
     assert sorted(e.invocation_id for e in claims) == sorted(ids)  # each claimed once
     assert {e.epoch for e in claims} == {1}  # no delivery handed back
     assert len(runs_of(log)) == len(ids)
@@ -225,9 +225,9 @@ async def test_a_request_no_daemon_here_can_fit_is_handed_on_to_one_that_can(
                      what="the small daemon handing the claim back")  # fmt: skip
     await daemons.start("large", environ=host("h100x8"), queues=["train"], gpus="2")
     assert await bench.events.wait_final(job, timeout_s=30) is EventType.SUCCEEDED
-    [claimed] = [e for e in bench.events.of(EventType.CLAIMED) if e.invocation_id == job]
+    [started] = [e for e in bench.events.of(EventType.STARTED) if e.invocation_id == job]
     assert len(runs_of(tmp_path / "log")[job].devices) == 2
-    assert claimed.worker == daemons.daemons[1].id
+    assert started.worker == daemons.daemons[1].id
 
 
 async def test_an_infeasible_request_says_no_daemon_fits_with_the_numbers(
@@ -313,8 +313,8 @@ async def test_a_claim_held_past_hold_s_goes_to_a_daemon_with_room_and_waits_for
                                 concurrency=2)  # fmt: skip
     for job in (second, small):
         assert await bench.events.wait_final(job, timeout_s=30) is EventType.SUCCEEDED
-    claimed = {e.invocation_id: e.worker for e in bench.events.of(EventType.CLAIMED)}
-    assert claimed == {first: gpu_1.id, second: gpu_2.id, small: gpu_2.id}
+    started = {e.invocation_id: e.worker for e in bench.events.of(EventType.STARTED)}
+    assert started == {first: gpu_1.id, second: gpu_2.id, small: gpu_2.id}
     assert EventType.SUCCEEDED not in bench.events.for_id(first)  # it ran on gpu-1 meanwhile
     gate.touch()
     assert await bench.events.wait_final(first) is EventType.SUCCEEDED

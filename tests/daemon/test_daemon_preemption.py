@@ -72,7 +72,7 @@ async def test_a_sigkilled_daemons_run_is_lost_requeued_and_not_counted(
     taken = [(e.epoch, e.detail["worker"]) for e in bench.events.of(EventType.RETRYING, q)
              if (e.detail or {}).get("reason") == "lost"]  # fmt: skip
     taken += [(e.detail["took_over"]["attempt"], e.detail["took_over"]["worker"])
-              for e in bench.events.of(EventType.CLAIMED, q)
+              for e in bench.events.of(EventType.STARTED, q)
               if "took_over" in (e.detail or {})]  # fmt: skip
     assert taken and set(taken) == {(1, victim_id)}, taken
 
