@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -63,6 +64,29 @@ _T = TypeVar("_T")
 _NATS_ERRORS = (nats.errors.Error, jse.Error, TimeoutError, OSError)
 #: Bound of each request that reads a code snapshot (its meta, one chunk), in seconds.
 CODE_READ_S = 10.0
+
+
+class _Replies:
+    """The messages a pull's inbox gets, in order: a subscription with a callback, so that a
+    claimed message costs no task of its own (``Subscription.next_msg`` makes one, and a
+    uuid, per message)."""
+
+    def __init__(self) -> None:
+        self.sub: Subscription | None = None
+        self._msgs: deque[Msg] = deque()
+        self._arrived = asyncio.Event()
+
+    async def put(self, msg: Msg) -> None:
+        self._msgs.append(msg)
+        self._arrived.set()
+
+    async def next(self, timeout_s: float) -> Msg:
+        """The next message; ``TimeoutError`` when none came within ``timeout_s``."""
+        if not self._msgs:
+            self._arrived.clear()
+            async with asyncio.timeout(timeout_s):
+                await self._arrived.wait()
+        return self._msgs.popleft()
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +161,7 @@ class WorkBus:
         self._worker_id = worker_id
         self._timeout_s = request_timeout_s
         self._claim_lock = asyncio.Lock()
-        self._inbox: tuple[str, Subscription] | None = None
+        self._inbox: tuple[str, _Replies] | None = None
         self.denials = Denials()
         self.refusals = Refusals()
 
@@ -248,12 +272,12 @@ class WorkBus:
         api = subjects.pull_subject(namespace, queue, level)
         request = json.dumps({"batch": batch, "no_wait": True}).encode()
         async with self._claim_lock:
-            inbox, sub = await self._claim_inbox()
+            inbox, replies = await self._claim_inbox()
             out: list[Msg] = []
             try:
                 await self._nc.publish(api, request, reply=inbox)
                 while len(out) < batch:
-                    msg = await sub.next_msg(timeout=self._timeout_s)
+                    msg = await replies.next(self._timeout_s)
                     status = msg.headers.get("Status") if msg.headers else None
                     if status is None:
                         out.append(msg)
@@ -270,18 +294,20 @@ class WorkBus:
                 raise Unavailable(f"no answer to a claim on {namespace}/{queue}: {e}") from e
             return out
 
-    async def _claim_inbox(self) -> tuple[str, Subscription]:
+    async def _claim_inbox(self) -> tuple[str, _Replies]:
         if self._inbox is None:
-            inbox = self._nc.new_inbox()
-            self._inbox = (inbox, await self._nc.subscribe(inbox))
+            inbox, replies = self._nc.new_inbox(), _Replies()
+            replies.sub = await self._nc.subscribe(inbox, cb=replies.put)
+            self._inbox = (inbox, replies)
         return self._inbox
 
     async def _drop_claim_inbox(self) -> None:
         if self._inbox is not None:
-            _, sub = self._inbox
+            _, replies = self._inbox
             self._inbox = None
             try:
-                await sub.unsubscribe()
+                if replies.sub is not None:
+                    await replies.sub.unsubscribe()
             except nats.errors.Error:
                 pass
 

@@ -26,7 +26,7 @@ own (one event per run fewer, for the daemon, NATS and the history). A claim tha
 resources first, or was stopped before it started, records ``claimed`` (stamped when it was
 delivered) before that.
 
-Every event of one job carries its run id (``detail.run``, a nonce per claim run): a
+Every event of one job carries its run id (``detail.run``, unique to each claim run): a
 delivery count restarted by a server crash can bring the same daemon the same epoch again,
 and the history tells the two executions apart by it (``lakeshore/store/jobs.py``).
 
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -89,6 +90,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _STOLEN = {False: "", True: " (stolen)"}
+#: Run ids (``detail.run``): new in each daemon process, then counted (a random nonce per
+#: run cost a system call each).
+_RUN_BOOT, _RUNS = secrets.token_hex(4), itertools.count(1)
 #: How long a run waits for its ``started`` (or ``claimed``) event to be stored before it
 #: starts anyway (the event stays buffered, ahead of the others): a run is not held up by a
 #: stream that does not take events, and a daemon dying at once is still counted when it does.
@@ -168,7 +172,7 @@ class Job:
         self._recording: asyncio.Task[Any] | None = None
         #: this execution's id in every event of it: the epoch alone does not tell two
         #: executions apart once a crashed server has restarted the delivery count
-        self.run_id = secrets.token_hex(4)
+        self.run_id = f"{_RUN_BOOT}{next(_RUNS):x}"
 
     def stop(self, why: Stop, *, by: str | None = None) -> None:
         """Stop the run (if it is still running) and settle the claim as ``why`` says;

@@ -779,6 +779,8 @@ class Pool:
 
     def _idle_of(self, key: Key, devices: Key) -> WorkerProcess | None:
         """An idle worker for the run, of its devices first, else one not pinned."""
+        if not self._idle:  # the common case of a busy daemon
+            return None
         for worker in [w for w in self._idle if w.exited.is_set()]:
             self._idle.remove(worker)
             self._spawn_task(worker.close())
