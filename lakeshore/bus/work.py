@@ -72,7 +72,6 @@ class _Replies:
     uuid, per message)."""
 
     def __init__(self) -> None:
-        self.sub: Subscription | None = None
         self._msgs: deque[Msg] = deque()
         self._arrived = asyncio.Event()
 
@@ -161,7 +160,7 @@ class WorkBus:
         self._worker_id = worker_id
         self._timeout_s = request_timeout_s
         self._claim_lock = asyncio.Lock()
-        self._inbox: tuple[str, _Replies] | None = None
+        self._inbox: tuple[str, _Replies, Subscription] | None = None
         self.denials = Denials()
         self.refusals = Refusals()
 
@@ -272,7 +271,7 @@ class WorkBus:
         api = subjects.pull_subject(namespace, queue, level)
         request = json.dumps({"batch": batch, "no_wait": True}).encode()
         async with self._claim_lock:
-            inbox, replies = await self._claim_inbox()
+            inbox, replies, _ = await self._claim_inbox()
             out: list[Msg] = []
             try:
                 await self._nc.publish(api, request, reply=inbox)
@@ -294,20 +293,18 @@ class WorkBus:
                 raise Unavailable(f"no answer to a claim on {namespace}/{queue}: {e}") from e
             return out
 
-    async def _claim_inbox(self) -> tuple[str, _Replies]:
+    async def _claim_inbox(self) -> tuple[str, _Replies, Subscription]:
         if self._inbox is None:
             inbox, replies = self._nc.new_inbox(), _Replies()
-            replies.sub = await self._nc.subscribe(inbox, cb=replies.put)
-            self._inbox = (inbox, replies)
+            self._inbox = (inbox, replies, await self._nc.subscribe(inbox, cb=replies.put))
         return self._inbox
 
     async def _drop_claim_inbox(self) -> None:
         if self._inbox is not None:
-            _, replies = self._inbox
+            _, _, sub = self._inbox
             self._inbox = None
             try:
-                if replies.sub is not None:
-                    await replies.sub.unsubscribe()
+                await sub.unsubscribe()
             except nats.errors.Error:
                 pass
 

@@ -29,8 +29,7 @@ from lakeshore.attempts import (
     TIMED_OUT,
     tally,
 )
-from lakeshore.fencing import CLAIMING as _CLAIMING
-from lakeshore.fencing import Fence, Key
+from lakeshore.fencing import CLAIMING, Fence, Key
 from lakeshore.model import (
     RESULT_EVENTS,
     RETRIED_STATES,
@@ -276,7 +275,7 @@ def _attempts(events: list[tuple[Any, ...]], finished: bool) -> tuple[list[Attem
             a = runs[key] = {"epoch": epoch, "worker": worker, "seq": None, "outcome": None,
                              "duplicate": again}  # fmt: skip
         a["seq"] = a["seq"] or detail.get("seq")
-        if type_ in _CLAIMING and "claimed_at" not in a:
+        if type_ in CLAIMING and "claimed_at" not in a:
             # A claim that starts at once has no ``claimed`` event: ``started`` carries it.
             a["claimed_at"], a["number"] = ts, number
             a["claim_mark"] = detail.get("mark")
