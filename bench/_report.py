@@ -24,18 +24,34 @@ class Row:
     met: bool
     #: format of ``ours`` and ``baseline``
     fmt: str = "{:,.0f}"
+    #: the target's number: the least ratio to the baseline, else the most ``ours``
+    limit: float = 0.0
 
     @classmethod
     def ratio(cls, figure: str, ours: float, baseline: float, at_least: float) -> Row:
         """A rate that must reach ``at_least`` × the baseline's."""
-        return cls(figure, ours, baseline, f">= {at_least:g} x", ours >= at_least * baseline)
+        met = ours >= at_least * baseline
+        return cls(figure, ours, baseline, f">= {at_least:g} x", met, limit=at_least)
 
     @classmethod
     def bound(
         cls, figure: str, ours: float, baseline: float | None, at_most: float, unit: str, fmt: str
     ) -> Row:
         """A time that must stay within ``at_most``."""
-        return cls(figure, ours, baseline, f"<= {at_most:g} {unit}", ours <= at_most, fmt)
+        return cls(figure, ours, baseline, f"<= {at_most:g} {unit}", ours <= at_most, fmt, at_most)
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.target.endswith(" x")
+
+    @property
+    def figure_value(self) -> float:
+        """What the target judges: the ratio to the baseline, else ``ours``."""
+        return self.ours / self.baseline if self.is_ratio and self.baseline else self.ours
+
+    def meets(self, value: float) -> bool:
+        """Whether ``value`` (a :attr:`figure_value`) meets this row's target."""
+        return value >= self.limit if self.is_ratio else value <= self.limit
 
     def cells(self) -> tuple[str, ...]:
         base = "-" if self.baseline is None else self.fmt.format(self.baseline)

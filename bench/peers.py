@@ -402,13 +402,13 @@ def bench_redis(names: list[str], tmp: Path) -> Iterator[str | None]:
     if not any(name in PEER_SETUPS for name in names):
         yield None
         return
-    try:
-        with redis_server(tmp) as url:
-            yield url
-            return
-    except RuntimeError as e:
-        print(f"redis-server: {e}", file=sys.stderr)
-    yield None
+    with contextlib.ExitStack() as stack:
+        url = None
+        try:
+            url = stack.enter_context(redis_server(tmp))
+        except RuntimeError as e:
+            print(f"redis-server: {e}", file=sys.stderr)
+        yield url
 
 
 def main() -> None:
@@ -491,11 +491,10 @@ def rounds_table(rounds: list[list[Row]], markdown: bool) -> str:
     header = ("figure", "per round", "median", "target", "median met?", "rounds met")
     lines = [header]
     for figure, rows in by_figure.items():
-        values = [r.ours / r.baseline if r.baseline else r.ours for r in rows]
-        unit = " x" if rows[0].baseline else ""
+        values = [r.figure_value for r in rows]
+        unit = " x" if rows[0].is_ratio else ""
         median = statistics.median(values)
-        op, bound = rows[0].target.split()[:2]
-        met = median >= float(bound) if op == ">=" else median <= float(bound)
+        met = rows[0].meets(median)
         lines.append((
             figure, " / ".join(f"{v:.2f}{unit}" for v in values), f"{median:.2f}{unit}",
             rows[0].target, "yes" if met else "NO",
