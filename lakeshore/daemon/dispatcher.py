@@ -239,7 +239,7 @@ class Dispatcher:
                     continue
                 # A slot frees when its run ends: the result put and the ack of one claim
                 # overlap the next claim and run, which keeps one slot busy twice as long.
-                free = self._concurrency - sum(j.running for j in self._jobs.values())
+                free = self._concurrency - len(self._grants)  # a grant per run not over
                 await self._start_held(runs)
                 if self._held is not None:
                     free = 0  # nothing smaller overtakes the held claim
@@ -334,7 +334,7 @@ class Dispatcher:
             "%s: needs %s; %s free: held until its run frees them, nothing else claimed",
             claim.invocation.id, describe_request(request), describe_capacity(self._ledger.free()),
         )  # fmt: skip
-        lease = Lease(
+        lease = self._ctx.leases.hold(
             functools.partial(self._ctx.bus.in_progress, claim.msg),
             claim.ack_wait_s,
             claim.invocation.id,

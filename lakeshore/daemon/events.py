@@ -72,18 +72,58 @@ class EventPublisher:
         self._ids = itertools.count()
         self._flush_lock = asyncio.Lock()
         self._retry_s = 0.0
+        #: futures of bounded publishes and their deadlines (loop time), oldest first,
+        #: watched by one timer (:meth:`_on_deadline`), not one per event
+        self._bounded: deque[tuple[float, asyncio.Future[None]]] = deque()
+        self._deadline: asyncio.TimerHandle | None = None
 
     def emit(self, event: InvocationEvent) -> None:
         """Buffer one event; it is published on the flusher's next turn (NATS permitting)."""
         self._add(event, None)
 
-    async def publish(self, event: InvocationEvent) -> None:
+    async def publish(self, event: InvocationEvent, *, within_s: float | None = None) -> None:
         """Buffer one event and return once it is stored in JetStream (batched with the
         others of this moment). A job awaits this before it acks, so that a daemon dying
-        between the two never leaves a finished invocation unrecorded."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        between the two never leaves a finished invocation unrecorded.
+
+        Raises:
+            TimeoutError: it was not stored within ``within_s`` seconds (``None``: no
+                bound); it stays buffered, in order, and goes out when NATS takes it.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         self._add(event, fut)
+        if within_s is not None:
+            self._bound(fut, loop.time() + within_s)
         await fut
+
+    def _bound(self, fut: asyncio.Future[None], deadline: float) -> None:
+        bounded = self._bounded
+        while bounded and bounded[0][1].done():
+            bounded.popleft()  # stored (or given up) already: what keeps the deque short
+        bounded.append((deadline, fut))
+        if self._deadline is not None and deadline < self._deadline.when():
+            self._deadline.cancel()  # a shorter bound than the ones before it
+            self._deadline = None
+        if self._deadline is None:
+            self._deadline = asyncio.get_running_loop().call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        """Fail the bounded publishes past their deadline (their events stay buffered)."""
+        self._deadline = None
+        now = asyncio.get_running_loop().time()
+        kept: deque[tuple[float, asyncio.Future[None]]] = deque()
+        for deadline, fut in self._bounded:
+            if fut.done():
+                continue
+            if deadline <= now:
+                fut.set_exception(TimeoutError("the event was not stored by its deadline"))
+            else:
+                kept.append((deadline, fut))
+        self._bounded = kept
+        if kept:
+            first = min(deadline for deadline, _ in kept)
+            self._deadline = asyncio.get_running_loop().call_at(first, self._on_deadline)
 
     def _add(self, event: InvocationEvent, fut: asyncio.Future[None] | None) -> None:
         buf = self._buffers[event.queue]

@@ -47,7 +47,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -60,7 +60,7 @@ from lakeshore.bus.work import WorkBus
 from lakeshore.daemon.claimer import Claim
 from lakeshore.daemon.events import EventPublisher
 from lakeshore.daemon.policies import (
-    Lease,
+    Leases,
     RunTimedOut,
     backoff_s,
     cancelled_error,
@@ -128,6 +128,8 @@ class JobContext:
     metrics: DaemonMetrics | None = None
     #: where runs' output goes live (``None``: kept only in the result's tails)
     logs: RunLogs | None = None
+    #: renews the claims held
+    leases: Leases = field(default_factory=Leases)
 
 
 class Job:
@@ -205,7 +207,7 @@ class Job:
         renew = functools.partial(self._ctx.bus.in_progress, c.msg)
         try:
             # Held until settled: storing the result may wait out a reconnect.
-            async with Lease(renew, c.ack_wait_s, self._label):
+            async with self._ctx.leases.hold(renew, c.ack_wait_s, self._label):
                 try:
                     outcome = await self._execute(detail)
                 finally:
@@ -220,8 +222,7 @@ class Job:
     async def _stored(self, type_: EventType, detail: dict[str, Any], at: datetime | None) -> None:
         """Record the claim's first event before its run starts (see the module's text)."""
         try:
-            async with asyncio.timeout(CLAIM_STORED_S):
-                await self._record(type_, detail, at=at)
+            await self._record(type_, detail, at=at, within_s=CLAIM_STORED_S)
         except TimeoutError:
             log.warning(
                 "%s: its %s event was not stored within %gs; running it anyway",
@@ -429,11 +430,17 @@ class Job:
         self._ctx.events.emit(self._event(type_, detail))
 
     async def _record(
-        self, type_: EventType, detail: dict[str, Any], at: datetime | None = None
+        self,
+        type_: EventType,
+        detail: dict[str, Any],
+        at: datetime | None = None,
+        within_s: float | None = None,
     ) -> None:
         """Emit an outcome's event and wait until JetStream has stored it.
 
         Raises:
+            TimeoutError: it was not stored within ``within_s`` (``None``: no bound); it
+                stays buffered.
             Unavailable: the drain ran out of time first; the event stays buffered (it goes
                 with the daemon's last flush if NATS takes it), the claim is not settled.
         """
@@ -444,7 +451,7 @@ class Job:
         task = asyncio.current_task()
         self._recording = task
         try:
-            await self._ctx.events.publish(event)
+            await self._ctx.events.publish(event, within_s=within_s)
         except asyncio.CancelledError:
             # Ours (stop() with INTERRUPT) only if nobody else cancelled the task too.
             if self._out_of_time and task is not None and task.uncancel() == 0:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from lakeshore.model import Capacity, Gpu, Resources, fits, memory_bytes
-from lakeshore.model.resources import usable_gpus
+from lakeshore.model.resources import scalars_fit, usable_gpus
 
 #: The variables a grant sets (over the invocation's own ``env``).
 VISIBLE_VAR, ORDER_VAR, GPUS_VAR = "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LAKESHORE_GPUS"
@@ -42,6 +43,10 @@ def _env(gpus: tuple[Gpu, ...]) -> dict[str, str]:
         ORDER_VAR: "PCI_BUS_ID",
         GPUS_VAR: ",".join(g.uuid or str(g.index) for g in gpus),
     }
+
+
+#: A grant of no GPU's variables (``CUDA_VISIBLE_DEVICES=""``: the run sees none).
+_NO_GPUS: Mapping[str, str] = MappingProxyType(_env(()))
 
 
 class Ledger:
@@ -74,17 +79,22 @@ class Ledger:
 
     def take(self, r: Resources) -> Grant | None:
         """Hold what ``r`` asks for, or ``None`` (nothing taken) when it does not fit now."""
-        free = self.free()
-        if not fits(r, free, self._labels):
+        if r.gpus:
+            free = self.free()
+            if not fits(r, free, self._labels):
+                return None
+            gpus = tuple(usable_gpus(r, free.gpus, self._labels)[: r.gpus])
+        elif scalars_fit(r, self._cpus, self._memory):  # no GPU to pick: nothing to list
+            gpus = ()
+        else:
             return None
-        gpus = tuple(usable_gpus(r, free.gpus, self._labels)[: r.gpus]) if r.gpus else ()
         for g in gpus:
             del self._free_gpus[g.index]
         memory = 0 if r.memory is None or self._memory is None else memory_bytes(r.memory)
         self._cpus -= r.cpus
         if self._memory is not None:
             self._memory -= memory
-        return Grant(gpus=gpus, cpus=r.cpus, memory=memory, env=_env(gpus))
+        return Grant(gpus=gpus, cpus=r.cpus, memory=memory, env=_env(gpus) if gpus else _NO_GPUS)
 
     def give(self, grant: Grant) -> None:
         """A run ended: what it held is free again."""

@@ -223,11 +223,17 @@ def usable_gpus(r: Resources, gpus: list[Gpu], labels: Mapping[str, str]) -> lis
 
 def fits(r: Resources, have: Capacity, labels: Mapping[str, str]) -> bool:
     """Whether ``have`` (a total, or what is free) holds the request ``r``."""
-    if r.gpus > len(usable_gpus(r, have.gpus, labels)):
+    if r.gpus and r.gpus > len(usable_gpus(r, have.gpus, labels)):
         return False
-    if r.cpus > have.cpus + 1e-9:
+    return scalars_fit(r, have.cpus, have.memory)
+
+
+def scalars_fit(r: Resources, cpus: float, memory: int | None) -> bool:
+    """Whether ``cpus`` and ``memory`` (bytes; ``None``: not counted) hold what ``r`` asks
+    of them (its GPUs aside)."""
+    if r.cpus > cpus + 1e-9:
         return False
-    return r.memory is None or have.memory is None or memory_bytes(r.memory) <= have.memory
+    return r.memory is None or memory is None or memory_bytes(r.memory) <= memory
 
 
 def describe_request(r: Resources) -> str:

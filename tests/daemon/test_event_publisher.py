@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from polling import eventually
 
 from lakeshore.daemon import events as events_module
 from lakeshore.daemon.events import EventPublisher
@@ -67,3 +68,41 @@ async def test_an_awaited_event_does_not_wait_for_the_linger(
     await asyncio.sleep(0)  # the flusher is now lingering
     await asyncio.wait_for(pub.publish(_event(EventType.FAILED)), 5)
     assert batches.sent == [["claimed", "failed"]]
+
+
+class Stalled(Batches):
+    """A bus that takes nothing until ``resume`` is set (NATS away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resume = asyncio.Event()
+
+    async def publish_events(
+        self, namespace: str, queue: str, batch: EventBatch, *, msg_id: str
+    ) -> None:
+        await self.resume.wait()
+        await super().publish_events(namespace, queue, batch, msg_id=msg_id)
+
+
+async def test_a_bounded_publish_gives_up_waiting_and_its_event_still_goes_out() -> None:
+    bus = Stalled()
+    pub = EventPublisher(bus, "ns")
+    task = asyncio.create_task(pub.run())
+    loop = asyncio.get_running_loop()
+    try:
+        began = loop.time()
+        slow = asyncio.create_task(pub.publish(_event(EventType.CLAIMED), within_s=5))
+        await eventually(lambda: pub.buffered == 1, timeout_s=5, what="the first event buffered")
+        # A shorter bound given after a longer one is kept all the same.
+        with pytest.raises(TimeoutError):
+            await pub.publish(_event(EventType.STARTED), within_s=0.2)
+        assert 0.2 <= loop.time() - began < 4
+        assert not slow.done()
+        assert pub.buffered == 2
+        bus.resume.set()
+        await asyncio.wait_for(slow, 5)  # stored before its bound: no error
+        await eventually(lambda: pub.buffered == 0, timeout_s=5, what="both events out")
+        assert [t for batch in bus.sent for t in batch] == ["claimed", "started"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
