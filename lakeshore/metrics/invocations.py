@@ -75,6 +75,9 @@ class InvocationMetrics:
         def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
             return Counter(f"lakeshore_{name}", doc, labels, registry=registry)
 
+        def histogram(name: str, doc: str) -> _Histogram:
+            return _Histogram(f"lakeshore_{name}", doc)
+
         self.submitted = counter("invocations_submitted", "Invocations admitted to a queue.")
         self.finished = counter(
             "invocations_finished", "Invocations that reached an end, by outcome.", ("outcome",)
@@ -88,14 +91,14 @@ class InvocationMetrics:
         self.deduplicated = counter(
             "submits_deduplicated", "Submitted invocations whose idempotency key was known."
         )
-        self.wait = _Histogram(
-            "lakeshore_invocation_wait_seconds", "From submission to the start of the first run."
+        self.wait = histogram(
+            "invocation_wait_seconds", "From submission to the start of the first run."
         )
-        self.run = _Histogram(
-            "lakeshore_invocation_run_seconds", "From the start of the accepted attempt to its end."
+        self.run = histogram(
+            "invocation_run_seconds", "From the start of the accepted attempt to its end."
         )
-        self.end_to_end = _Histogram(
-            "lakeshore_invocation_end_to_end_seconds", "From submission to the invocation's end."
+        self.end_to_end = histogram(
+            "invocation_end_to_end_seconds", "From submission to the invocation's end."
         )
         registry.register(_Histograms(self.wait, self.run, self.end_to_end))
         for outcome in _TERMINAL:
