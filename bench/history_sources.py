@@ -12,19 +12,35 @@ history's update with one more source):
 - with all ``K`` sourced, a submit's publish acked → an ordered consumer of the history
   has it (sequential, spread over the queues), against the same with one source.
 
-    .venv/bin/python bench/history_sources.py [--queues 200] [--n 500]
+With ``--cluster``, on the 3-node deploy of ``deploy/nats`` (the closed bus, TLS; the
+streams R3) instead: each update is then a meta proposal of the whole list.
+
+    .venv/bin/python bench/history_sources.py [--queues 200] [--n 500] [--cluster]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
+import os
+import shutil
 import statistics
+import sys
+import tempfile
 import time
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig, StreamSource, SubjectTransform
 from sourced_history import BODY, bare_nats, work_stream, workers
+
+# The 3-node deploy as the HA tests and bench/failover.py start it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import natsauth  # noqa: E402
+from nats_cluster import nats_nodes, start_cluster  # noqa: E402
 
 QUEUES = 200
 N = 500
@@ -36,19 +52,51 @@ def _source(i: int) -> StreamSource:
     )
 
 
-async def add_queues(js: JetStreamContext, k: int) -> list[float]:
+@contextlib.asynccontextmanager
+async def cluster_nats() -> AsyncIterator[JetStreamContext]:
+    """The 3-node deploy on loopback, fresh; the control plane's credentials."""
+    # The nodes' own logs (routes coming up, snapshots at shutdown) and nats-py's TLS
+    # transport's notice at close say nothing of the figures.
+    logging.getLogger("lakeshore.embedded").setLevel(logging.CRITICAL)
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
+    had_secrets = natsauth.SECRETS_ENV in os.environ
+    secrets = natsauth.install()
+    try:
+        async with _cluster() as js:
+            yield js
+    finally:
+        if not had_secrets:
+            shutil.rmtree(secrets.parent, ignore_errors=True)
+            del os.environ[natsauth.SECRETS_ENV]
+
+
+@contextlib.asynccontextmanager
+async def _cluster() -> AsyncIterator[JetStreamContext]:
+    with tempfile.TemporaryDirectory(prefix="ls-sources-") as tmp:
+        async with nats_nodes(Path(tmp)) as factory:
+            cluster = await start_cluster(factory, Path(tmp))
+            nc = await natsauth.plane_nats(cluster.url, ca_pem=cluster.files.ca.read_text())
+            try:
+                yield nc.jetstream(timeout=30)
+            finally:
+                await nc.close()
+
+
+async def add_queues(js: JetStreamContext, k: int, replicas: int = 1) -> list[float]:
     """Add ``k`` queues and source each into ``HIST``; the seconds of each update."""
-    await js.add_stream(StreamConfig(name="HIST", subjects=["nothing.here"]))
+    hist = StreamConfig(name="HIST", subjects=["nothing.here"], num_replicas=replicas)
+    await js.add_stream(hist)
     sources: list[StreamSource] = []
     took = []
     for i in range(k):
-        await work_stream(js, f"Q{i}", f"q{i}.>")
+        await work_stream(js, f"Q{i}", f"q{i}.>", replicas)
         await workers(js, f"Q{i}")
         sources.append(_source(i))
         began = time.perf_counter()
         await js.update_stream(
-            StreamConfig(name="HIST", subjects=["nothing.here"], sources=sources)
-        )
+            StreamConfig(name="HIST", subjects=["nothing.here"], sources=sources,
+                         num_replicas=replicas)
+        )  # fmt: skip
         took.append(time.perf_counter() - began)
     return took
 
@@ -80,16 +128,18 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(s) * 1000:.1f} / {p90 * 1000:.1f}"
 
 
-async def measure(queues: int, n: int) -> list[str]:
-    async with bare_nats() as js:
-        took = await add_queues(js, queues)
+async def measure(queues: int, n: int, cluster: bool) -> list[str]:
+    nats, replicas = (cluster_nats, 3) if cluster else (bare_nats, 1)
+    async with nats() as js:
+        took = await add_queues(js, queues, replicas)
         many = await lags(js, queues, n)
-    async with bare_nats() as js:
-        await add_queues(js, 1)
+    async with nats() as js:
+        await add_queues(js, 1, replicas)
         one = await lags(js, 1, n)
+    where = "the 3-node deploy (R3)" if cluster else "one bare nats-server"
     tenth = max(1, queues // 10)
     return [
-        f"A history stream sourcing {queues} work-queue streams, on one bare nats-server:",
+        f"A history stream sourcing {queues} work-queue streams, on {where}:",
         "",
         "| figure | p50 / p90 ms |",
         "| --- | ---: |",
@@ -104,5 +154,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queues", type=int, default=QUEUES)
     parser.add_argument("--n", type=int, default=N)
+    parser.add_argument("--cluster", action="store_true", help="the 3-node deploy, R3")
     args = parser.parse_args()
-    print("\n".join(asyncio.run(measure(args.queues, args.n))))
+    print("\n".join(asyncio.run(measure(args.queues, args.n, args.cluster))))

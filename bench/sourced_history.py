@@ -94,11 +94,12 @@ async def bare_nats() -> AsyncIterator[JetStreamContext]:
             proc.wait(10)
 
 
-async def work_stream(js: JetStreamContext, name: str, subject: str) -> None:
+async def work_stream(js: JetStreamContext, name: str, subject: str, replicas: int = 1) -> None:
     await js.add_stream(
         StreamConfig(
             name=name, subjects=[subject], retention=RetentionPolicy.WORK_QUEUE,
             discard=DiscardPolicy.NEW, max_msgs=1_000_000, duplicate_window=120.0,
+            num_replicas=replicas,
         )
     )  # fmt: skip
 
