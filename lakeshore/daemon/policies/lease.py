@@ -26,9 +26,9 @@ TICK_S = 1.0
 class Leases:
     """The daemon's held claims and the one timer that renews them.
 
-    A claim is renewed between ``tick`` and ``0`` seconds before a third of its
-    ``ack_wait`` has passed since it was taken or last renewed, ``tick`` being at most a
-    quarter of that third (and at most :data:`TICK_S`).
+    A claim is renewed at most its :attr:`Lease.slack_s` (a quarter of a third of its
+    ``ack_wait``, and at most :data:`TICK_S`) before a third of its ``ack_wait`` has passed
+    since it was taken or last renewed.
     """
 
     def __init__(self) -> None:
@@ -54,12 +54,11 @@ class Leases:
 
     def _add(self, lease: Lease) -> None:
         self._held[lease] = None
-        tick_s = min(TICK_S, lease.every_s / 4)
-        if self._timer is not None and tick_s < self._tick_s:
-            self._timer.cancel()
+        if self._timer is not None and lease.slack_s < self._tick_s:
+            self._timer.cancel()  # it ticks too seldom for this claim
             self._timer = None
         if self._timer is None:
-            self._arm(tick_s)
+            self._arm(lease.slack_s)
 
     def _remove(self, lease: Lease) -> None:
         self._held.pop(lease, None)
@@ -75,9 +74,9 @@ class Leases:
         now = asyncio.get_running_loop().time()
         tick_s = TICK_S
         for lease in list(self._held):
-            tick_s = min(tick_s, lease.every_s / 4)
-        for lease in list(self._held):
-            if lease.renewed_at + lease.every_s - tick_s <= now:
+            # The timer ticks at least once per slack of each held claim (``_add``).
+            tick_s = min(tick_s, lease.slack_s)
+            if lease.renewed_at + lease.every_s - lease.slack_s <= now:
                 lease.renew(now)
         self._arm(tick_s)
 
@@ -85,7 +84,7 @@ class Leases:
 class Lease:
     """One held claim (:meth:`Leases.hold`)."""
 
-    __slots__ = ("_keeper", "_renew", "every_s", "_label", "renewed_at", "_renewing")
+    __slots__ = ("_keeper", "_renew", "every_s", "slack_s", "_label", "renewed_at", "_renewing")
 
     def __init__(
         self,
@@ -97,6 +96,9 @@ class Lease:
         self._keeper = keeper
         self._renew = renew
         self.every_s = ack_wait_s / 3
+        #: how long before it is due a renewal is sent, at most (the keeper's tick is no
+        #: longer than this while the claim is held)
+        self.slack_s = min(TICK_S, self.every_s / 4)
         self._label = label
         #: loop time of the claim's take or its last renewal sent
         self.renewed_at = 0.0
