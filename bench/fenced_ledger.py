@@ -15,8 +15,9 @@ Option C fences in the log: per invocation, a ledger stream holds a *claim* subj
   of it is deduplicated by ``Nats-Msg-Id: <id>.<epoch>``;
 - the ledger *republishes* each stored result on a core subject the producer listens on.
 
-This script first checks those semantics on the server (a stale completion refused, a
-claim after a result refused, a retried completion stored once), then times, sequentially:
+``tests/bus/test_ledger_fence.py`` holds those facts on the pinned server with this
+script's :class:`Ledger`, :func:`claim` and :func:`complete`. This script times,
+sequentially:
 
 - **raw-W2**: a job published into a work-queue stream, pulled by a worker that answers
   the producer on core NATS (``bench/latency.py``'s baseline);
@@ -34,13 +35,11 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, RePublish, StreamConfig
-from nats.js.errors import APIError
 from sourced_history import BODY, bare_nats, work_stream
 
 N = 2000
@@ -51,65 +50,51 @@ EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
-async def ledger(js: JetStreamContext) -> None:
-    await js.add_stream(
-        StreamConfig(
-            name="LEDGER", subjects=["claim.>", "result.>"], allow_direct=True,
-            republish=RePublish(src="result.>", dest="done.result.>"), duplicate_window=120.0,
-        )
-    )  # fmt: skip
+@dataclass(frozen=True)
+class Ledger:
+    """A ledger stream and its subjects: ``<prefix>.claim.<id>``, ``<prefix>.result.<id>``;
+    a stored result is republished on ``done.<prefix>.<id>``."""
+
+    name: str
+    prefix: str
+
+    def claim(self, inv: str) -> str:
+        return f"{self.prefix}.claim.{inv}"
+
+    def result(self, inv: str) -> str:
+        return f"{self.prefix}.result.{inv}"
+
+    def done(self, inv: str) -> str:
+        return f"done.{self.prefix}.{inv}"
+
+    async def add(self, js: JetStreamContext) -> None:
+        await js.add_stream(
+            StreamConfig(
+                name=self.name, subjects=[f"{self.prefix}.>"], allow_direct=True,
+                republish=RePublish(src=self.result(">"), dest=self.done(">")),
+                duplicate_window=120.0,
+            )
+        )  # fmt: skip
 
 
-async def claim(js: JetStreamContext, inv: str) -> int:
+async def claim(js: JetStreamContext, ledger: Ledger, inv: str) -> int:
     """The attempt's epoch (the claim's sequence); raises ``APIError`` 10071 once a result
     exists."""
     ack = await js.publish(
-        f"claim.{inv}", b"", headers={EXPECT_SEQ: "0", EXPECT_SUBJECT: f"result.{inv}"}
+        ledger.claim(inv), b"", headers={EXPECT_SEQ: "0", EXPECT_SUBJECT: ledger.result(inv)}
     )
     return ack.seq
 
 
-async def complete(js: JetStreamContext, inv: str, epoch: int, body: bytes) -> int:
+async def complete(js: JetStreamContext, ledger: Ledger, inv: str, epoch: int, body: bytes) -> int:
     """Store the result of attempt ``epoch``; raises ``APIError`` 10071 when a newer claim
-    superseded it."""
+    superseded it. A retry (same ``Nats-Msg-Id``) is acked with the first one's sequence."""
     ack = await js.publish(
-        f"result.{inv}", body,
-        headers={EXPECT_SEQ: str(epoch), EXPECT_SUBJECT: f"claim.{inv}",
+        ledger.result(inv), body,
+        headers={EXPECT_SEQ: str(epoch), EXPECT_SUBJECT: ledger.claim(inv),
                  "Nats-Msg-Id": f"{inv}.{epoch}"},
     )  # fmt: skip
     return ack.seq
-
-
-async def _refused(call: Awaitable[int]) -> bool:
-    """Whether the server refused ``call``'s publish as a failed compare-and-set."""
-    try:
-        await call
-    except APIError as e:
-        if e.err_code == WRONG_LAST_SEQUENCE:
-            return True
-        raise
-    return False
-
-
-async def semantics(js: JetStreamContext) -> list[str]:
-    """The fence's behaviour on this server, as lines; raises if any is not as designed."""
-    first = await claim(js, "a")
-    second = await claim(js, "a")  # a takeover: the first holder is stale now
-    checks = {
-        "a stale holder's completion is refused": await _refused(complete(js, "a", first, b"1")),
-        "the newest holder's completion is stored": not await _refused(
-            complete(js, "a", second, b"2")
-        ),
-        "a claim after the result is refused": await _refused(claim(js, "a")),
-    }
-    before = (await js.stream_info("LEDGER")).state.messages
-    retried = not await _refused(complete(js, "a", second, b"2"))  # the same Msg-Id
-    after = (await js.stream_info("LEDGER")).state.messages
-    checks["a retried completion is acked and stored once"] = retried and before == after
-    wrong = [what for what, held in checks.items() if not held]
-    if wrong:
-        raise AssertionError(f"the fence does not hold on this server: {wrong}")
-    return [f"- {what}: yes" for what in checks]
 
 
 @dataclass(frozen=True)
@@ -123,7 +108,9 @@ class Trips:
         return f"| {self.name} | {statistics.median(s):.2f} | {p99:.2f} |"
 
 
-async def _worker(js: JetStreamContext, nc: NATS, stream: str, mode: str, stop: asyncio.Event):
+async def _worker(
+    js: JetStreamContext, nc: NATS, ledger: Ledger, stream: str, mode: str, stop: asyncio.Event
+) -> None:
     sub = await js.pull_subscribe_bind("workers", stream)
     while not stop.is_set():
         try:
@@ -133,34 +120,34 @@ async def _worker(js: JetStreamContext, nc: NATS, stream: str, mode: str, stop: 
         for msg in msgs:
             inv = msg.headers["Inv"] if msg.headers else ""
             if mode == "raw":
-                await nc.publish(f"done.result.{inv}", b"ok")  # as the republish would
+                await nc.publish(ledger.done(inv), b"ok")  # as the republish would
                 await msg.ack()
                 continue
             if mode == "fenced":
-                epoch = await claim(js, inv)
+                epoch = await claim(js, ledger, inv)
                 result = b"ok"  # the run
             else:  # claim pipelined: the run goes on while the claim is being stored
-                claimed = asyncio.ensure_future(claim(js, inv))
+                claimed = asyncio.ensure_future(claim(js, ledger, inv))
                 result = b"ok"
                 epoch = await claimed
-            await complete(js, inv, epoch, result)
+            await complete(js, ledger, inv, epoch, result)
             await msg.ack()
 
 
-async def round_trips(js: JetStreamContext, nc: NATS, mode: str, n: int) -> Trips:
+async def round_trips(js: JetStreamContext, nc: NATS, ledger: Ledger, mode: str, n: int) -> Trips:
     stream = f"W{mode.upper().replace('-', '')}"  # its subjects: w<mode>.>
     await work_stream(js, stream, f"{stream.lower()}.>")
     await js.add_consumer(
         stream, ConsumerConfig(durable_name="workers", ack_policy=AckPolicy.EXPLICIT)
     )
     stop = asyncio.Event()
-    worker = asyncio.create_task(_worker(js, nc, stream, mode, stop))
+    worker = asyncio.create_task(_worker(js, nc, ledger, stream, mode, stop))
     answers: asyncio.Queue[str] = asyncio.Queue()
 
     async def heard(msg) -> None:
         await answers.put(msg.subject)
 
-    sub = await nc.subscribe(f"done.result.{mode}.*", cb=heard)
+    sub = await nc.subscribe(ledger.done(f"{mode}.*"), cb=heard)
     times = []
     try:
         for i in range(n + WARMUP):
@@ -168,7 +155,7 @@ async def round_trips(js: JetStreamContext, nc: NATS, mode: str, n: int) -> Trip
             began = time.perf_counter()
             await js.publish(f"{stream.lower()}.q", BODY, headers={"Inv": inv, "Nats-Msg-Id": inv})
             subject = await asyncio.wait_for(answers.get(), 10)
-            assert subject == f"done.result.{inv}", subject
+            assert subject == ledger.done(inv), subject
             if i >= WARMUP:
                 times.append((time.perf_counter() - began) * 1000)
     finally:
@@ -180,14 +167,12 @@ async def round_trips(js: JetStreamContext, nc: NATS, mode: str, n: int) -> Trip
 
 async def measure(n: int) -> list[str]:
     async with bare_nats() as js:
-        await ledger(js)
-        lines = await semantics(js)
+        ledger = Ledger("LEDGER", "ledger")
+        await ledger.add(js)
         nc = js._nc  # noqa: SLF001 - the one connection of this bench's client
-        trips = [await round_trips(js, nc, mode, n) for mode in ("raw", "fenced", "piped")]
+        modes = ("raw", "fenced", "piped")
+        trips = [await round_trips(js, nc, ledger, mode, n) for mode in modes]
     return [
-        "The fence on nats-server 2.14 (this run):",
-        *lines,
-        "",
         f"Round trips, sequential ({n:,} after {WARMUP} of warm-up; producer, worker and "
         "server on this machine):",
         "",

@@ -1,6 +1,7 @@
 """What the pinned nats-server does for a completion fenced in the log (issue 26, Option C
-of ``notes/hot-path-design.md``; measured in ``bench/fenced_ledger.py``): the facts the
-design stands on, held by the server the project ships, before any of it is built.
+of ``notes/hot-path-design.md``; measured in ``bench/fenced_ledger.py``, whose ledger this
+is): the facts the design stands on, held by the server the project ships, before any of it
+is built.
 
 Per invocation, a ledger stream holds ``claim.<id>`` and ``result.<id>``. A claim is
 stored only while no result exists; a completion only while its claim is the newest; a
@@ -11,65 +12,27 @@ refused one is not.
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-from nats.js.api import RePublish, StreamConfig
 from nats.js.errors import APIError
 
-#: ``wrong last sequence``: a compare-and-set refused.
-WRONG_LAST_SEQUENCE = 10071
-EXPECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-EXPECT_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-
-
-@dataclass(frozen=True)
-class Ledger:
-    name: str
-    prefix: str
-
-    def claim(self, inv: str) -> str:
-        return f"{self.prefix}.claim.{inv}"
-
-    def result(self, inv: str) -> str:
-        return f"{self.prefix}.result.{inv}"
-
-    def done(self, inv: str) -> str:
-        return f"done{self.prefix}.{inv}"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from fenced_ledger import WRONG_LAST_SEQUENCE, Ledger, claim, complete  # noqa: E402
 
 
 @pytest.fixture
 async def ledger(js) -> AsyncIterator[Ledger]:
     token = uuid.uuid4().hex[:8]
     made = Ledger(f"LSLT_{token}", f"lslt{token}")
-    await js.add_stream(
-        StreamConfig(
-            name=made.name, subjects=[f"{made.prefix}.>"], duplicate_window=60.0,
-            republish=RePublish(src=f"{made.prefix}.result.>", dest=f"done{made.prefix}.>"),
-        )
-    )  # fmt: skip
+    await made.add(js)
     try:
         yield made
     finally:
         await js.delete_stream(made.name)
-
-
-async def claim(js, ledger: Ledger, inv: str) -> int:
-    ack = await js.publish(
-        ledger.claim(inv), b"", headers={EXPECT_SEQ: "0", EXPECT_SUBJECT: ledger.result(inv)}
-    )
-    return ack.seq
-
-
-async def complete(js, ledger: Ledger, inv: str, epoch: int, body: bytes) -> int:
-    ack = await js.publish(
-        ledger.result(inv), body,
-        headers={EXPECT_SEQ: str(epoch), EXPECT_SUBJECT: ledger.claim(inv),
-                 "Nats-Msg-Id": f"{inv}.{epoch}"},
-    )  # fmt: skip
-    return ack.seq
 
 
 async def test_only_the_newest_claims_completion_is_stored_and_only_once(js, ledger) -> None:
@@ -96,7 +59,7 @@ async def test_a_stored_result_is_pushed_and_a_refused_one_is_not(js, ledger) ->
     async def on(msg) -> None:
         await heard.put((msg.subject, msg.data))
 
-    sub = await js._nc.subscribe(f"done{ledger.prefix}.>", cb=on)  # noqa: SLF001
+    sub = await js._nc.subscribe(ledger.done(">"), cb=on)  # noqa: SLF001
     try:
         old = await claim(js, ledger, "b")
         new = await claim(js, ledger, "b")
