@@ -27,6 +27,9 @@ The Recorder keeps a :class:`Fence` per invocation and runs every incoming event
   as itself, and the Recorder's feed drops an event whose ``worker`` is not the publishing
   daemon. A fence keeps the claims of the epochs not below the highest started epoch, the
   only ones a completion can still be accepted from.
+* A claim's event (``claimed``, ``started``) may carry the submission's record
+  (:mod:`lakeshore.submission`): it is recorded without it, preceded by the ``submitted``
+  event made of it while the invocation has none recorded (the fence's ``submitted``).
 * Anything refused is recorded as type ``stale`` with ``detail.stale_type`` (the original
   type) and ``detail.stale_reason``, and counted — never as a second outcome.
 
@@ -40,12 +43,13 @@ same state from the same tables (``lakeshore/store/jobs.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import msgspec
 
+from lakeshore import submission
 from lakeshore.model import EventType, InvocationEvent, InvocationState
 
 #: ``(namespace, invocation_id)``
@@ -107,6 +111,8 @@ class Fence(NamedTuple):
     #: ``(epoch, worker)`` of the accepted claims of the epochs not below ``started_epoch``,
     #: distinct and sorted (:func:`kept_claims`)
     claims: tuple[Claim, ...] = ()
+    #: whether its ``submitted`` event is recorded
+    submitted: bool = False
 
     @property
     def finished(self) -> bool:
@@ -135,6 +141,8 @@ def decide(fence: Fence | None, ev: InvocationEvent) -> tuple[Fence, str | None]
     kind = ev.type
     if kind is EventType.STALE:
         return f, None
+    if kind is EventType.SUBMITTED and not f.submitted:
+        f = f._replace(submitted=True)
     if kind in TERMINAL or kind is EventType.RETRYING:
         if f.terminal is not None:
             return f, f"already {f.terminal.value}"
@@ -153,10 +161,10 @@ def decide(fence: Fence | None, ev: InvocationEvent) -> tuple[Fence, str | None]
     elif started != f.started_epoch:
         claims = kept_claims(claims, started)
     if kind in TERMINAL:
-        return Fence(started, f.top, TERMINAL[kind], claims), None
+        return Fence(started, f.top, TERMINAL[kind], claims, f.submitted), None
     rank = RANK.get(kind)
     top = f.top if rank is None else max(f.top, epoch * RANK_BASE + rank)
-    return Fence(started, top, f.terminal, claims), None
+    return Fence(started, top, f.terminal, claims, f.submitted), None
 
 
 def kept_claims(claims: Iterable[Claim], started_epoch: int) -> tuple[Claim, ...]:
@@ -216,7 +224,7 @@ def fence_batch(events: Iterable[InvocationEvent], known: Mapping[Key, Fence]) -
     """
     out = Fenced()
     fences = out.fences
-    for ev in events:
+    for ev in _with_carried_submissions(events, known, fences):
         key = (ev.namespace, ev.invocation_id)
         before = fences[key] if key in fences else known.get(key)
         after, reason = decide(before, ev)
@@ -229,3 +237,20 @@ def fence_batch(events: Iterable[InvocationEvent], known: Mapping[Key, Fence]) -
                 out.finished.append(key)
         fences[key] = after
     return out
+
+
+def _with_carried_submissions(
+    events: Iterable[InvocationEvent], known: Mapping[Key, Fence], fences: Mapping[Key, Fence]
+) -> Iterator[InvocationEvent]:
+    """``events``, each claim without the submission record it carries, preceded by the
+    ``submitted`` event made of that record when the invocation has none recorded (in
+    ``known`` or decided so far, ``fences``): :mod:`lakeshore.submission`."""
+    for ev in events:
+        if ev.type in CLAIMING:
+            ev, made = submission.from_claim(ev)
+            if made is not None:
+                key = (ev.namespace, ev.invocation_id)
+                fence = fences[key] if key in fences else known.get(key)
+                if fence is None or not fence.submitted:
+                    yield made
+        yield ev

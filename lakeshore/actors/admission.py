@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import msgspec
 
+from lakeshore import submission
 from lakeshore.actors.turns import pause
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
@@ -44,10 +45,6 @@ _FN_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 MAX_PAYLOAD_BYTES = 1024 * 1024
 #: An event batch is cut at about this size, well within one NATS message (bytes).
 MAX_EVENT_BATCH_BYTES = 256 * 1024
-#: A ``submitted`` event keeps a function's ``args`` and ``kwargs`` (what ``jobs retry``
-#: submits again) while the invocation's message is at most this big (bytes): the history
-#: is not where large inputs go.
-MAX_KEPT_BODY_BYTES = 64 * 1024
 _encode = codec.encode
 
 
@@ -59,6 +56,8 @@ class Prepared:
     #: the encoded :class:`Invocation`, ``env`` values and all: never shown
     payload: bytes = field(repr=False)
     spec: InvocationSubmit
+    #: what ``payload`` encodes (its ``repr`` masks the ``env`` values)
+    inv: Invocation
 
 
 async def new_ids(n: int) -> list[str]:
@@ -80,33 +79,36 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
     """
     out: list[Prepared] = []
     submitted_at = now()
+    batch = ids[0] if len(specs) > 1 else None
     for i, spec in enumerate(specs):
         await pause(i)
         where = f"invocation {i}" if len(specs) > 1 else "the invocation"
         spec = with_queue_defaults(row, with_queue_code(row, spec))
         _check(row, spec, where)
         inv_id = ids[i]
-        payload = codec.encode(
-            Invocation(
-                id=inv_id,
-                namespace=row.namespace,
-                queue=row.name,
-                fn=spec.fn,
-                args=spec.args,
-                kwargs=spec.kwargs,
-                command=spec.command,
-                env=spec.env,
-                priority=spec.priority,
-                timeout_s=spec.timeout_s,
-                max_attempts=spec.max_attempts,
-                submitted_at=submitted_at,
-                stop_grace_s=spec.stop_grace_s,
-                isolation=spec.isolation,
-                max_lost=spec.max_lost,
-                code=spec.code,
-                resources=spec.resources,
-            )
+        inv = Invocation(
+            id=inv_id,
+            namespace=row.namespace,
+            queue=row.name,
+            fn=spec.fn,
+            args=spec.args,
+            kwargs=spec.kwargs,
+            command=spec.command,
+            env=spec.env,
+            priority=spec.priority,
+            timeout_s=spec.timeout_s,
+            max_attempts=spec.max_attempts,
+            submitted_at=submitted_at,
+            stop_grace_s=spec.stop_grace_s,
+            isolation=spec.isolation,
+            max_lost=spec.max_lost,
+            code=spec.code,
+            resources=spec.resources,
+            idempotency_key=spec.idempotency_key,
+            batch=batch,
+            retry_of=spec.retry_of,
         )
+        payload = codec.encode(inv)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise TooLarge(
                 f"{where} is {len(payload)} bytes encoded, more than {MAX_PAYLOAD_BYTES}; "
@@ -114,7 +116,7 @@ async def prepare(row: Queue, specs: list[InvocationSubmit], ids: list[str]) -> 
             )
         # The Nats-Msg-Id is the id: a retried key resolves to the same id (durably, see
         # idempotency.py), so JetStream deduplicates it too inside its window.
-        out.append(Prepared(inv_id, inv_id, spec.priority, payload, spec))
+        out.append(Prepared(inv_id, inv_id, spec.priority, payload, spec, inv))
     return out
 
 
@@ -242,14 +244,10 @@ def submitted_events(
     """The ``submitted`` events of the items stored now: not refused, and not duplicates
     unless their id is in ``announce``.
 
-    The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
-    values reach no event, see :mod:`lakeshore.model.redact`; its keys are kept, so that a
-    retry can ask for them). A submit of several invocations names its ``batch``, the
-    first one's id; a small function's ``args`` and ``kwargs`` are kept for a retry
-    (:data:`MAX_KEPT_BODY_BYTES`).
+    Their detail is :func:`lakeshore.submission.detail`, which a daemon's claim carries
+    too (the record is made from the claim when this event is missing).
     """
     ts = now()
-    batch = items[0].id if len(items) > 1 else None
     return [
         InvocationEvent(
             namespace=row.namespace,
@@ -257,40 +255,13 @@ def submitted_events(
             invocation_id=p.id,
             ts=ts,
             type=EventType.SUBMITTED,
-            detail=_submitted_detail(p, pub.seq, batch),
+            detail=submission.detail(
+                p.inv, pub.seq, keep_args=len(p.payload) <= submission.MAX_KEPT_BODY_BYTES
+            ),
         )
         for p, pub in zip(items, published, strict=True)
         if pub is not None and (not pub.duplicate or p.id in announce)
     ]
-
-
-def _submitted_detail(p: Prepared, seq: int, batch: str | None) -> dict[str, Any]:
-    spec = p.spec
-    detail: dict[str, Any] = {
-        "seq": seq,
-        "priority": spec.priority,
-        "fn": spec.fn,
-        "command": spec.command,
-        "max_attempts": spec.max_attempts,
-        "timeout_s": spec.timeout_s,
-        "idempotency_key": spec.idempotency_key,
-        "stop_grace_s": spec.stop_grace_s,
-        "max_lost": spec.max_lost,
-        "isolation": spec.isolation,
-    }
-    if spec.code is not None:
-        detail["code"] = spec.code
-    if spec.resources is not None:
-        detail["resources"] = spec.resources
-    if spec.fn is not None and len(p.payload) <= MAX_KEPT_BODY_BYTES:
-        detail["args"], detail["kwargs"] = spec.args, spec.kwargs
-    if spec.env:
-        detail["env_keys"] = sorted(spec.env)
-    if batch is not None:
-        detail["batch"] = batch
-    if spec.retry_of is not None:
-        detail["retry_of"] = spec.retry_of
-    return detail
 
 
 def event_batches(

@@ -83,6 +83,8 @@ class Claim:
     takeover: Takeover | None = None
     #: its place in this daemon process's claims (heartbeats carry the latest)
     mark: ClaimMark | None = None
+    #: bytes of its message (the submission's record keeps a small function's arguments)
+    size: int = 0
 
     @property
     def number(self) -> int:
@@ -330,6 +332,7 @@ class Claimer:
             delivered_at=delivered_at,
             takeover=takeover,
             mark=mark,
+            size=len(msg.data),
         )
 
     async def _dead_letter(self, msg: Msg, inv: Invocation, queue: str, error: RemoteError) -> None:

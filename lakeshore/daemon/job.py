@@ -24,7 +24,9 @@ leaves its attempt in the history, ``lost`` (what ``max_lost`` counts). It carri
 (queue level, stolen, takeover): a claim that starts at once has no ``claimed`` event of its
 own (one event per run fewer, for the daemon, NATS and the history). A claim that waited for
 resources first, or was stopped before it started, records ``claimed`` (stamped when it was
-delivered) before that.
+delivered) before that. That first event also carries the submission's record
+(:mod:`lakeshore.submission`), from which the Recorder makes the ``submitted`` event of an
+invocation that has none.
 
 Every event of one job carries its run id (``detail.run``, unique to each claim run): a
 delivery count restarted by a server crash can bring the same daemon the same epoch again,
@@ -54,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from lakeshore import submission
 from lakeshore.attempts import CRASHED, TIMED_OUT
 from lakeshore.bus import codec
 from lakeshore.bus.work import WorkBus
@@ -195,6 +198,9 @@ class Job:
         """The whole lifecycle. Never raises except for its own task's cancellation."""
         c = self.claim
         detail: dict[str, Any] = {"seq": c.seq, "level": c.level}
+        # The claim's first event carries the submission's record: the history has it even
+        # when its ``submitted`` event was never stored (lakeshore/submission.py).
+        detail[submission.CARRIED] = submission.carried(c.invocation, c.seq, c.size)
         if c.stolen:
             detail["stolen"] = True
         if c.mark is not None:
@@ -252,8 +258,12 @@ class Job:
         log.info("%s: started", self._label)
         env = {JOB_ID_VAR: inv.id, ATTEMPT_VAR: str(c.number)} | _preempted(c)
         mark = f"{inv.id}.{self.run_id}"
-        run = self._ctx.runner.run(inv, capture, env=env, mark=mark, devices=self._devices)
-        self._run = asyncio.create_task(within(inv.timeout_s, run), name=self._label)
+        run = functools.partial(
+            self._ctx.runner.run, inv, capture, env=env, mark=mark, devices=self._devices
+        )
+        # The run's coroutine is made inside the task: a task cancelled before its first step
+        # (a stop right after this) leaves no coroutine that was never awaited.
+        self._run = asyncio.create_task(_timed(inv.timeout_s, run), name=self._label)
         if self._stop is not None:  # stopped while the run was being set up
             self._run.cancel()
         try:
@@ -491,3 +501,7 @@ def _brief(outcome: Outcome) -> str:
     if outcome.error is None:
         return "no error"
     return f"{outcome.error.type}: {outcome.error.message[:200]}"
+
+
+async def _timed(timeout_s: float | None, run: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    return await within(timeout_s, run())

@@ -219,6 +219,12 @@ class Invocation(Struct, frozen=True, kw_only=True):
     code: str | None = None
     #: what its run holds of its daemon's machine (spec/resources.md)
     resources: Resources | None = None
+    #: the submit's: its idempotency key, the first id of a submit of several (``batch``),
+    #: the job it retries — what the ``submitted`` record keeps, so that the message alone
+    #: can make it (:mod:`lakeshore.submission`)
+    idempotency_key: str | None = None
+    batch: str | None = None
+    retry_of: str | None = None
 
     __repr__ = redacted_repr
     __rich_repr__ = redacted_fields

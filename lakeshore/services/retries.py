@@ -2,7 +2,7 @@
 ended without its value.
 
 A function's ``args`` and ``kwargs`` are kept while small
-(:data:`~lakeshore.actors.admission.MAX_KEPT_BODY_BYTES`); a command's ``env`` values are
+(:data:`~lakeshore.submission.MAX_KEPT_BODY_BYTES`); a command's ``env`` values are
 kept nowhere (:mod:`lakeshore.model.redact`), only its keys, so a retry gives them again.
 """
 
@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 
-from lakeshore.actors.admission import MAX_KEPT_BODY_BYTES
 from lakeshore.errors import Conflict, Invalid
 from lakeshore.model import (
     DEFAULT_MAX_LOST,
@@ -23,6 +22,7 @@ from lakeshore.model import (
     Job,
     Resources,
 )
+from lakeshore.submission import MAX_CARRIED_BYTES, MAX_KEPT_BODY_BYTES
 
 
 def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> InvocationSubmit:
@@ -36,6 +36,12 @@ def retried(job: Job, submitted: dict[str, Any], env: dict[str, str] | None) -> 
         raise Conflict(
             f"job {job.id!r} is {job.state.value}: only a failed, cancelled or dropped job "
             f"is retried; see it with `lakeshore jobs show {job.id}`"
+        )
+    if submitted.get("partial"):
+        raise Conflict(
+            f"job {job.id!r} is not retried: its record was made from its claim (its "
+            f"submit's own was never stored), which keeps no arguments or argv over "
+            f"{MAX_CARRIED_BYTES // 1024} KiB; submit it again with `lakeshore submit`"
         )
     if job.fn is not None and "args" not in submitted:
         raise Conflict(

@@ -47,16 +47,18 @@ FENCE_COLUMNS = f"""
 #: FENCE_COLUMNS so that the job queries, which need only the state, do not aggregate it.
 CLAIMS = f"""list(DISTINCT struct_pack(epoch := coalesce(epoch, 0), worker := worker))
         FILTER (WHERE type IN {_in(fencing.CLAIMING)} AND worker IS NOT NULL) AS claims"""
+#: Whether one invocation's accepted events include its ``submitted`` event.
+SUBMITTED = f"bool_or(type = '{EventType.SUBMITTED.value}') AS submitted"
 #: The state of a row with :data:`FENCE_COLUMNS` (a terminal type names its state).
 STATE = f"""CASE WHEN terminal IS NOT NULL THEN terminal
     WHEN top >= 0 AND top % {fencing.RANK_BASE} IN ({_RUNNING}) THEN 'running'
     ELSE 'pending' END"""
 
-_FENCES = f"""SELECT namespace, invocation_id, {FENCE_COLUMNS}, {CLAIMS}
+_FENCES = f"""SELECT namespace, invocation_id, {FENCE_COLUMNS}, {CLAIMS}, {SUBMITTED}
     FROM invocation_events WHERE {ACCEPTED} AND {{where}}
     GROUP BY namespace, invocation_id"""
 # The anti-join drops finished invocations before aggregating (most of the history).
-_UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}, {CLAIMS}
+_UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}, {CLAIMS}, {SUBMITTED}
     FROM invocation_events e ANTI JOIN (
         SELECT namespace, invocation_id FROM invocation_events WHERE type IN {TERMINAL_TYPES}
     ) USING (namespace, invocation_id)
@@ -64,9 +66,10 @@ _UNFINISHED = f"""SELECT e.namespace, e.invocation_id, {FENCE_COLUMNS}, {CLAIMS}
 
 
 def _fence(row: tuple[Any, ...]) -> Fence:
-    started, top, terminal, claims = row[-4:]
+    started, top, terminal, claims, submitted = row[-5:]
     kept = fencing.kept_claims(((c["epoch"], c["worker"]) for c in claims or ()), int(started))
-    return Fence(int(started), int(top), InvocationState(terminal) if terminal else None, kept)
+    state = InvocationState(terminal) if terminal else None
+    return Fence(int(started), int(top), state, kept, bool(submitted))
 
 
 def fences(con: Con, ids: Sequence[str]) -> dict[Key, Fence]:

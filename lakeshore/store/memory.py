@@ -103,13 +103,15 @@ def _fence(events: Sequence[tuple[str, int | None, str | None]]) -> Fence:
     """The fence of one invocation's accepted ``(type, epoch, worker)`` events, as in
     fences.py: the greatest epoch of a RAISES_EPOCH type (else 0), the greatest ``epoch *
     RANK_BASE + rank`` of a ranked type (else -1), the state of a terminal type (fencing
-    allows one), and the kept ``(epoch, worker)`` of the CLAIMING types that name a worker.
+    allows one), the kept ``(epoch, worker)`` of the CLAIMING types that name a worker, and
+    whether a ``submitted`` is among them.
     """
     started = max(((e or 0) for t, e, _ in events if t in RAISES_EPOCH), default=0)
     top = max(((e or 0) * RANK_BASE + RANK[t] for t, e, _ in events if t in RANK), default=-1)
     terminal = next((TERMINAL[t] for t, _, _ in events if t in TERMINAL), None)
     claims = ((e or 0, w) for t, e, w in events if t in CLAIMING and w is not None)
-    return Fence(started, top, terminal, kept_claims(claims, started))
+    submitted = any(t == EventType.SUBMITTED for t, _, _ in events)
+    return Fence(started, top, terminal, kept_claims(claims, started), submitted)
 
 
 class InMemoryStore:

@@ -108,6 +108,58 @@ async def test_a_kill_at_each_submit_step_leaves_one_invocation_per_key(
     )
 
 
+async def test_a_submit_stored_without_its_record_is_recorded_by_its_claim(tmp_path, daemons_for):
+    """The server dies after a submit's message is stored and before its ``submitted`` event
+    (no key, no retry: nobody will announce it again). The daemon that claims it carries the
+    submission's record (lakeshore/submission.py): the job is shown in full, and a retry
+    submits what it was."""
+    async with asyncio.timeout(100):
+        data = tmp_path / "data"
+        first = ServerProc(data, faults="submit.published:exit")
+        await first.start()
+        again = ServerProc(data)
+        daemons = None
+        try:
+            token = first.token
+            assert (await call(first.api, token, "POST", Q, {"name": "work"}))[0] == 201
+            submit = {"fn": "fault_targets:work", "args": [8, "not seconds"], "max_attempts": 1}
+            with pytest.raises(aiohttp.ClientError):  # the server dies inside the submit
+                await call(first.api, token, "POST", Q + "/work/invocations", submit)
+            assert await first.died() == 137, first.log
+            await again.start()
+            daemons = daemons_for(again.nats_url)
+            await daemons.start("d0", "work")
+
+            async def jobs() -> list[dict]:
+                return await _jobs(again.api, token, "work")
+
+            [job] = await eventually(
+                jobs,
+                until=lambda js: [j["state"] for j in js] == ["failed"],
+                timeout_s=30,
+                what="the stored invocation ran and failed",
+            )
+            assert job["fn"] == "fault_targets:work" and job["max_attempts"] == 1, job
+            assert job["submitted_at"] is not None, job
+            assert job["error"]["type"] == "builtins.TypeError", job  # time.sleep("not seconds")
+            status, retry = await call(again.api, token, "POST", f"{JOBS}/{job['id']}/retry")
+            assert status == 202, retry  # its arguments were recorded: a retry can submit them
+            retried = retry["id"]
+            done = await eventually(
+                lambda: call(again.api, token, "GET", f"{JOBS}/{retried}"),
+                until=lambda a: a[1].get("state") == "failed",
+                timeout_s=30,
+                what="the retry ran",
+            )
+            assert done[1]["retry_of"] == job["id"], done
+            assert done[1]["error"]["type"] == "builtins.TypeError", done  # the same arguments
+        finally:
+            if daemons is not None:
+                await daemons.stop_all()
+            await first.stop()
+            await again.stop()
+
+
 async def _killed_then_retried(tmp_path, point: str) -> tuple[ServerProc, str, str]:
     """A server that died at ``point`` inside a keyed submit, restarted; the key retried
     once. Returns the restarted server, its token and the invocation id."""

@@ -329,3 +329,57 @@ def test_an_open_claim_is_the_latest_earlier_attempt_not_yet_ended(events, epoch
 
 def test_nothing_holds_an_unknown_invocation() -> None:
     assert open_claim(None, 2) is None
+
+
+# The submission's record a claim carries (lakeshore/submission.py).
+INV = "0190a3b4-5c6d-7e8f-9a0b-1c2d3e4f5a6b"  # a UUIDv7: its first 48 bits are the time
+RECORD = {"seq": 7, "priority": 0, "fn": "m:f", "command": None, "args": [1], "kwargs": {}}
+
+
+def carrying(type_: EventType, epoch: int, inv: str = INV) -> InvocationEvent:
+    """A daemon's first event of a claim, with the record of the submission it carries."""
+    return replace(ev(type_, epoch, inv), detail={"seq": 7, "level": 0, "submission": RECORD})
+
+
+@pytest.mark.parametrize("first", [C, ST])
+def test_a_claim_records_the_submission_it_carries_when_none_is_recorded(first) -> None:
+    out = fence_batch([carrying(first, 1), ev(OK, 1, INV)], {})
+    made, claim, done = out.events
+    assert (made.type, made.epoch, made.worker, made.queue) == (S, None, None, "q")
+    assert made.detail == {**RECORD, "recorded_from": "claim"}
+    assert made.ts == datetime.fromtimestamp(0x0190A3B45C6D / 1000, UTC), "the id's time"
+    assert claim.type is first and claim.detail == {"seq": 7, "level": 0}, "recorded without it"
+    assert done.type is OK
+    assert out.fences[("ns", INV)] == Fence(1, 8 + RANK_OF[first], InvocationState.SUCCEEDED,
+                                            ((1, "w1"),), submitted=True)  # fmt: skip
+
+
+def test_a_claim_of_a_recorded_submission_records_only_itself() -> None:
+    # recorded earlier in this batch, or before it (the known fences)
+    [_, claim] = fence_batch([ev(S, None, INV), carrying(ST, 1)], {}).events
+    assert claim.type is ST and claim.detail == {"seq": 7, "level": 0}
+    known = {("ns", INV): Fence(submitted=True, top=0)}
+    [claim] = fence_batch([carrying(ST, 2)], known).events
+    assert claim.detail == {"seq": 7, "level": 0}
+
+
+def test_a_claim_records_the_submission_when_only_other_events_are_recorded() -> None:
+    # a control-plane cancel raced the record: something is known, but not the submission
+    known = {("ns", INV): Fence(top=-1)}
+    [made, claim] = fence_batch([carrying(C, 1)], known).events
+    assert made.type is S and claim.type is C
+
+
+def test_a_submitted_event_after_the_claims_record_changes_no_state() -> None:
+    out = fence_batch([carrying(ST, 1), ev(S, None, INV)], {})
+    assert [e.type for e in out.events] == [S, ST, S]
+    assert out.fences[("ns", INV)].state is InvocationState.RUNNING
+
+
+def test_only_claims_give_up_a_record() -> None:
+    # an outcome's detail is recorded as it is, whatever it holds
+    done = replace(ev(OK, 1, INV), detail={"submission": RECORD})
+    assert fence_batch([done], {}).events == [done]
+
+
+RANK_OF = {C: 1, ST: 2}

@@ -18,8 +18,12 @@ ENDINGS = [EventType.SUCCEEDED, EventType.FAILED, EventType.RETRYING, EventType.
 
 def _history(rng: random.Random, inv: str) -> list[InvocationEvent]:
     """A plausible history: submit, a few attempts, late zombies, completions forged by
-    another daemon (``wx``) and control-plane ends."""
-    out: list[tuple[EventType, int | None, str | None]] = [(EventType.SUBMITTED, None, None)]
+    another daemon (``wx``) and control-plane ends. One in four has no ``submitted`` event:
+    its claims carry the submission's record instead (lakeshore/submission.py)."""
+    carried = rng.random() < 0.25
+    out: list[tuple[EventType, int | None, str | None]] = (
+        [] if carried else [(EventType.SUBMITTED, None, None)]
+    )
     for epoch in range(1, rng.randint(1, 4)):
         out += [(t, epoch, f"w{epoch}") for t in PROTOCOL[: rng.randint(0, 2)]]
         if (end := rng.choice(ENDINGS)) is not None:
@@ -36,6 +40,7 @@ def _history(rng: random.Random, inv: str) -> list[InvocationEvent]:
             attempt=e or 0,
             epoch=e,
             worker=w,
+            detail={"submission": {"seq": 1}} if carried and t in PROTOCOL else None,
         )
         for i, (t, e, w) in enumerate(out)
     ]
@@ -57,7 +62,9 @@ async def test_store_fences_and_states_match_the_recorders_memory(tmp_path: Path
             fenced = fence_batch(events[start : start + 97], known)
             known.update(fenced.fences)
             stale += fenced.stale
-            reasons |= {e.detail["stale_reason"].split()[0] for e in fenced.events if e.detail}
+            reasons |= {
+                e.detail["stale_reason"].split()[0] for e in fenced.events if e.type == "stale"
+            }
             await store.append_invocation_events([_row(e) for e in fenced.events])
         ids = sorted({k[1] for k in known})
         assert await store.fences(ids) == known
@@ -68,3 +75,5 @@ async def test_store_fences_and_states_match_the_recorders_memory(tmp_path: Path
         assert {f.state for f in known.values()} >= {"pending", "running", "succeeded", "failed"}
         assert stale > 0
         assert reasons == {"already", "epoch", "attempt"}, "finished, superseded, not claimant"
+        made = {f.submitted for f in known.values()}
+        assert made == {True, False}, "records made from claims, and invocations without any"

@@ -466,15 +466,15 @@ async def test_fences_follow_pending_running_succeeded_and_ignore_stale(
     store: AnyStore,
 ) -> None:
     steps = [
-        (_ev("inv", "submitted", i=0), Fence(0, 0, None), InvocationState.PENDING),
-        (_ev("inv", "claimed", 1, i=1), Fence(0, 9, None), InvocationState.RUNNING),
-        (_ev("inv", "started", 1, i=2), Fence(1, 10, None), InvocationState.RUNNING),
-        (_ev("inv", "retrying", 1, i=3), Fence(1, 11, None), InvocationState.PENDING),
-        (_ev("inv", "stale", 9, i=4), Fence(1, 11, None), InvocationState.PENDING),
-        (_ev("inv", "started", 2, i=5), Fence(2, 18, None), InvocationState.RUNNING),
-        (_ev("inv", "succeeded", 2, i=6), Fence(2, 18, InvocationState.SUCCEEDED),
+        (_ev("inv", "submitted", i=0), Fence(0, 0, None, (), True), InvocationState.PENDING),
+        (_ev("inv", "claimed", 1, i=1), Fence(0, 9, None, (), True), InvocationState.RUNNING),
+        (_ev("inv", "started", 1, i=2), Fence(1, 10, None, (), True), InvocationState.RUNNING),
+        (_ev("inv", "retrying", 1, i=3), Fence(1, 11, None, (), True), InvocationState.PENDING),
+        (_ev("inv", "stale", 9, i=4), Fence(1, 11, None, (), True), InvocationState.PENDING),
+        (_ev("inv", "started", 2, i=5), Fence(2, 18, None, (), True), InvocationState.RUNNING),
+        (_ev("inv", "succeeded", 2, i=6), Fence(2, 18, InvocationState.SUCCEEDED, (), True),
          InvocationState.SUCCEEDED),
-        (_ev("inv", "stale", 3, i=7), Fence(2, 18, InvocationState.SUCCEEDED),
+        (_ev("inv", "stale", 3, i=7), Fence(2, 18, InvocationState.SUCCEEDED, (), True),
          InvocationState.SUCCEEDED),
     ]  # fmt: skip
     for row, fence, state in steps:
@@ -497,14 +497,14 @@ async def test_fences_hold_the_claims_of_the_epochs_not_below_the_started_one(
         ]
     )  # fmt: skip
     claims = ((1, "a"), (2, "b"), (3, "c"), (3, "d"))
-    running = {("team", "inv"): Fence(1, 3 * 8 + 1, None, claims)}
+    running = {("team", "inv"): Fence(1, 3 * 8 + 1, None, claims, submitted=True)}
     assert await store.fences(["inv"]) == {
         **running,
         ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
     }
     assert await store.unfinished_fences() == running
     await store.append_invocation_events([_ev("inv", "started", 3, i=10, worker="c")])
-    started = Fence(3, 3 * 8 + 2, None, ((3, "c"), (3, "d")))
+    started = Fence(3, 3 * 8 + 2, None, ((3, "c"), (3, "d")), submitted=True)
     assert await store.fences(["inv"]) == {
         ("team", "inv"): started,
         ("other", "inv"): Fence(3, -1, InvocationState.SUCCEEDED),
@@ -528,7 +528,7 @@ async def test_fences_are_keyed_by_namespace_and_id(store: AnyStore) -> None:
         [_ev("inv", "submitted"), _ev("inv", "claimed", 3, namespace="other")]
     )
     assert await store.fences(["inv"]) == {
-        ("team", "inv"): Fence(0, 0, None),
+        ("team", "inv"): Fence(0, 0, None, submitted=True),
         ("other", "inv"): Fence(0, 25, None),
     }
 
@@ -550,8 +550,8 @@ async def test_unfinished_fences_exclude_finished_invocations(store: AnyStore) -
         ]
     )  # fmt: skip
     assert await store.unfinished_fences() == {
-        ("team", "running"): Fence(2, 18, None),
-        ("team", "pending"): Fence(0, 0, None),
+        ("team", "running"): Fence(2, 18, None, submitted=True),
+        ("team", "pending"): Fence(0, 0, None, submitted=True),
     }
 
 

@@ -1,0 +1,115 @@
+"""The record of a submission: what a ``submitted`` event keeps of an invocation (pure).
+
+An invocation's message on its queue's stream says everything its ``submitted`` event
+records (:func:`detail`), so two parties can make that record:
+
+* the control plane, once the submit's messages are stored (``actors/intake.py``);
+* the daemon that claims it: the first event of every claim (``claimed``, or ``started``
+  when the run starts at once) carries the record under :data:`CARRIED` (:func:`carried`:
+  large arguments or argv left out, so that a daemon's events stay small)
+  (``daemon/job.py``), and the Recorder makes the ``submitted`` event from it when the
+  invocation has none recorded (:func:`from_claim`, applied by
+  :func:`lakeshore.fencing.fence_batch`), then records the claim without it.
+
+So an invocation stored without its ``submitted`` event (the control plane died between
+the publish and the event) is recorded in full once a daemon claims it, instead of
+running with no record of what it was.
+
+The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
+values reach no event, see :mod:`lakeshore.model.redact`; its keys are kept, so that a
+retry can ask for them). A submit of several invocations names its ``batch``, the first
+one's id; a small function's ``args`` and ``kwargs`` are kept for a retry
+(:data:`MAX_KEPT_BODY_BYTES`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from lakeshore import ids
+from lakeshore.bus import codec
+from lakeshore.model import EventType, Invocation, InvocationEvent
+
+#: A ``submitted`` event keeps a function's ``args`` and ``kwargs`` (what ``jobs retry``
+#: submits again) while the invocation's message is at most this big (bytes): the history
+#: is not where large inputs go.
+MAX_KEPT_BODY_BYTES = 64 * 1024
+#: A claim carries a function's ``args`` and ``kwargs``, and a command's argv, while they
+#: are at most this big (bytes): a daemon's event batch (up to 256 events) stays far below
+#: NATS's ``max_payload``. A record that leaves either out says ``partial``.
+MAX_CARRIED_BYTES = 2 * 1024
+#: The key of a claim's detail under which its daemon carries the submission's record.
+CARRIED = "submission"
+_encode = codec.encode
+
+
+def detail(inv: Invocation, seq: int, *, keep_args: bool) -> dict[str, Any]:
+    """What the ``submitted`` event of ``inv`` records (stored at stream sequence ``seq``);
+    a function's ``args`` and ``kwargs`` only when ``keep_args``."""
+    out: dict[str, Any] = {
+        "seq": seq,
+        "priority": inv.priority,
+        "fn": inv.fn,
+        "command": inv.command,
+        "max_attempts": inv.max_attempts,
+        "timeout_s": inv.timeout_s,
+        "idempotency_key": inv.idempotency_key,
+        "stop_grace_s": inv.stop_grace_s,
+        "max_lost": inv.max_lost,
+        "isolation": inv.isolation,
+    }
+    if inv.code is not None:
+        out["code"] = inv.code
+    if inv.resources is not None:
+        out["resources"] = inv.resources
+    if inv.fn is not None and keep_args:
+        out["args"], out["kwargs"] = inv.args, inv.kwargs
+    if inv.env:
+        out["env_keys"] = sorted(inv.env)
+    if inv.batch is not None:
+        out["batch"] = inv.batch
+    if inv.retry_of is not None:
+        out["retry_of"] = inv.retry_of
+    return out
+
+
+def carried(inv: Invocation, seq: int, size: int) -> dict[str, Any]:
+    """The record a claim of ``inv`` carries (its message of ``size`` bytes at ``seq``): the
+    ``submitted`` event's while it encodes to at most :data:`MAX_CARRIED_BYTES` (as it does
+    whenever the message does: the record is no bigger, but for a few field names); else
+    without a function's arguments, then without a command's argv and the ``env`` keys
+    while still over the bound — ``partial`` then."""
+    out = detail(inv, seq, keep_args=True)
+    if size <= MAX_CARRIED_BYTES or len(_encode(out)) <= MAX_CARRIED_BYTES:
+        return out
+    out = detail(inv, seq, keep_args=False)
+    if len(_encode(out)) > MAX_CARRIED_BYTES:
+        out["command"] = None
+        out.pop("env_keys", None)
+    if inv.fn is not None or out["command"] is None:
+        out["partial"] = True
+    return out
+
+
+def from_claim(ev: InvocationEvent) -> tuple[InvocationEvent, InvocationEvent | None]:
+    """A claim's event without the record it carries, and the ``submitted`` event made of
+    that record (``None`` when it carries none). The record's time is the one its id
+    carries (the submission's, to the millisecond)."""
+    if ev.detail is None or CARRIED not in ev.detail:
+        return ev, None
+    rest = dict(ev.detail)
+    record = rest.pop(CARRIED)
+    bare = msgspec.structs.replace(ev, detail=rest)
+    if not isinstance(record, dict):
+        return bare, None  # not a record: the claim is recorded without it
+    submitted = InvocationEvent(
+        namespace=ev.namespace,
+        queue=ev.queue,
+        invocation_id=ev.invocation_id,
+        ts=ids.submitted_at(ev.invocation_id) or ev.ts,
+        type=EventType.SUBMITTED,
+        detail={**record, "recorded_from": "claim"},
+    )
+    return bare, submitted
