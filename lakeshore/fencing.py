@@ -27,9 +27,10 @@ The Recorder keeps a :class:`Fence` per invocation and runs every incoming event
   as itself, and the Recorder's feed drops an event whose ``worker`` is not the publishing
   daemon. A fence keeps the claims of the epochs not below the highest started epoch, the
   only ones a completion can still be accepted from.
-* A claim's event (``claimed``, ``started``) may carry the submission's record
-  (:mod:`lakeshore.submission`): it is recorded without it, preceded by the ``submitted``
-  event made of it while the invocation has none recorded (the fence's ``submitted``).
+* An event may carry the submission's record (:mod:`lakeshore.submission`: a claim, the
+  control plane's drop or cancel of a pending one): it is recorded without it, preceded
+  by the ``submitted`` event made of it. One ``submitted`` event is recorded per
+  invocation (the fence's ``submitted``); a later one is left out (``Fenced.repeated``).
 * Anything refused is recorded as type ``stale`` with ``detail.stale_type`` (the original
   type) and ``detail.stale_reason``, and counted — never as a second outcome.
 
@@ -209,6 +210,8 @@ class Fenced:
     #: invocations that finished in this batch
     finished: list[Key] = field(default_factory=list)
     stale: int = 0
+    #: ``submitted`` events left out: the invocation's was recorded already
+    repeated: int = 0
 
 
 def fence_batch(events: Iterable[InvocationEvent], known: Mapping[Key, Fence]) -> Fenced:
@@ -224,9 +227,12 @@ def fence_batch(events: Iterable[InvocationEvent], known: Mapping[Key, Fence]) -
     """
     out = Fenced()
     fences = out.fences
-    for ev in _with_carried_submissions(events, known, fences):
+    for ev in _unpacked(events):
         key = (ev.namespace, ev.invocation_id)
         before = fences[key] if key in fences else known.get(key)
+        if ev.type is EventType.SUBMITTED and before is not None and before.submitted:
+            out.repeated += 1
+            continue
         after, reason = decide(before, ev)
         if reason is not None:
             out.events.append(stale(ev, reason))
@@ -239,18 +245,12 @@ def fence_batch(events: Iterable[InvocationEvent], known: Mapping[Key, Fence]) -
     return out
 
 
-def _with_carried_submissions(
-    events: Iterable[InvocationEvent], known: Mapping[Key, Fence], fences: Mapping[Key, Fence]
-) -> Iterator[InvocationEvent]:
-    """``events``, each claim without the submission record it carries, preceded by the
-    ``submitted`` event made of that record when the invocation has none recorded (in
-    ``known`` or decided so far, ``fences``): :mod:`lakeshore.submission`."""
+def _unpacked(events: Iterable[InvocationEvent]) -> Iterator[InvocationEvent]:
+    """``events``, each one that carries a submission's record without it and preceded by
+    the ``submitted`` event made of it (:func:`lakeshore.submission.from_event`)."""
     for ev in events:
-        if ev.type in CLAIMING:
-            ev, made = submission.from_claim(ev)
+        if ev.detail is not None and submission.CARRIED in ev.detail:
+            ev, made = submission.from_event(ev)
             if made is not None:
-                key = (ev.namespace, ev.invocation_id)
-                fence = fences[key] if key in fences else known.get(key)
-                if fence is None or not fence.submitted:
-                    yield made
+                yield made
         yield ev

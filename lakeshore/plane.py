@@ -75,6 +75,7 @@ from lakeshore.services.code import CodeService, Retention, usage_in
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 from lakeshore.services.lost_runs import LostRuns
+from lakeshore.services.unrecorded import announce_in_background
 from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
 from lakeshore.store.images import EVENTS_LOG
@@ -557,6 +558,11 @@ class ControlPlane:
         for backend in providers.values():
             stack.push_async_callback(backend.close)
         stack.push_async_callback(_halt, controller)
+        # Submissions a control plane died inside of, stored without their record.
+        announcing = asyncio.create_task(
+            announce_in_background(store, bus, events, recorder), name="announce-unrecorded"
+        )
+        stack.push_async_callback(_cancelled, announcing)
         return Parts(
             bus=bus, events=events, store=store, access=gate, runtime=runtime,
             recorder=recorder, workers=workers, launcher=launcher, controller=controller,
@@ -658,6 +664,12 @@ async def _close_the_bus(
     stack.push_async_callback(sessions.close)
     gate.on_revoke(sessions.revoke_token)
     return daemons, sessions
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def _halt(controller: ActorRef[Any]) -> None:

@@ -1,19 +1,23 @@
 """The record of a submission: what a ``submitted`` event keeps of an invocation (pure).
 
 An invocation's message on its queue's stream says everything its ``submitted`` event
-records (:func:`detail`), so two parties can make that record:
+records (:func:`detail`), so the record is made by whoever has the message:
 
 * the control plane, once the submit's messages are stored (``actors/intake.py``);
-* the daemon that claims it: the first event of every claim (``claimed``, or ``started``
-  when the run starts at once) carries the record under :data:`CARRIED` (:func:`carried`:
-  large arguments or argv left out, so that a daemon's events stay small)
-  (``daemon/job.py``), and the Recorder makes the ``submitted`` event from it when the
-  invocation has none recorded (:func:`from_claim`, applied by
-  :func:`lakeshore.fencing.fence_batch`), then records the claim without it.
+* whoever touches it first: the first event of every claim (``claimed``, or ``started``
+  when the run starts at once; ``daemon/job.py``) carries the record under
+  :data:`CARRIED` (:func:`carried`: large arguments or argv left out, so that a daemon's
+  events stay small), as do the control plane's ``dropped`` (``drop_oldest``) and
+  ``cancelled`` (its queue removed) of a pending one. The Recorder makes the
+  ``submitted`` event from it while the invocation has none recorded (:func:`from_event`,
+  applied by :func:`lakeshore.fencing.fence_batch`), and records the event without it;
+* the control plane, for what nobody touched yet, when a leadership term begins
+  (:mod:`lakeshore.services.unrecorded`).
 
 So an invocation stored without its ``submitted`` event (the control plane died between
-the publish and the event) is recorded in full once a daemon claims it, instead of
-running with no record of what it was.
+the publish and the event) is recorded in full all the same. The Recorder records one
+``submitted`` event per invocation: a second one (a retried key announced again, a record
+made from a claim that raced its submit's own event) is not recorded.
 
 The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
 values reach no event, see :mod:`lakeshore.model.redact`; its keys are kept, so that a
@@ -43,6 +47,8 @@ MAX_CARRIED_BYTES = 2 * 1024
 #: The key of a claim's detail under which its daemon carries the submission's record.
 CARRIED = "submission"
 _encode = codec.encode
+#: What a record made from an event of this type says it was made from.
+_FROM = {EventType.CLAIMED: "claim", EventType.STARTED: "claim"}
 
 
 def detail(inv: Invocation, seq: int, *, keep_args: bool) -> dict[str, Any]:
@@ -93,10 +99,11 @@ def carried(inv: Invocation, seq: int, size: int) -> dict[str, Any]:
     return out
 
 
-def from_claim(ev: InvocationEvent) -> tuple[InvocationEvent, InvocationEvent | None]:
-    """A claim's event without the record it carries, and the ``submitted`` event made of
-    that record (``None`` when it carries none). The record's time is the one its id
-    carries (the submission's, to the millisecond)."""
+def from_event(ev: InvocationEvent) -> tuple[InvocationEvent, InvocationEvent | None]:
+    """An event without the record it carries, and the ``submitted`` event made of that
+    record (``None`` when it carries none). The record's time is the one its id carries
+    (the submission's, to the millisecond); ``recorded_from`` names what carried it (the
+    ``claim``, or the control plane's ``dropped`` or ``cancelled``)."""
     if ev.detail is None or CARRIED not in ev.detail:
         return ev, None
     rest = dict(ev.detail)
@@ -110,6 +117,6 @@ def from_claim(ev: InvocationEvent) -> tuple[InvocationEvent, InvocationEvent | 
         invocation_id=ev.invocation_id,
         ts=ids.submitted_at(ev.invocation_id) or ev.ts,
         type=EventType.SUBMITTED,
-        detail={**record, "recorded_from": "claim"},
+        detail={**record, "recorded_from": _FROM.get(ev.type, ev.type.value)},
     )
     return bare, submitted

@@ -92,12 +92,12 @@ def test_the_recorder_makes_the_submitted_event_from_a_claim() -> None:
         namespace="ns", queue="q", invocation_id=inv.id, ts=now(), type=EventType.CLAIMED,
         attempt=1, worker="w", epoch=1, detail={"seq": 4, submission.CARRIED: record},
     )  # fmt: skip
-    bare, made = submission.from_claim(claim)
+    bare, made = submission.from_event(claim)
     assert bare.detail == {"seq": 4}
     assert made is not None and made.type is EventType.SUBMITTED
     assert made.ts == submitted_at(inv.id)
     assert made.detail == {**record, "recorded_from": "claim"}
-    assert submission.from_claim(bare) == (bare, None)
+    assert submission.from_event(bare) == (bare, None)
 
 
 def _failed(**fields) -> Job:

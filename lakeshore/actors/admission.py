@@ -231,7 +231,12 @@ def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
         invocation_id=evicted.id,
         ts=now(),
         type=EventType.DROPPED,
-        detail={"seq": seq, "reason": "on_full drop_oldest"},
+        # What it was goes with it: the drop may be the first the history hears of it.
+        detail={
+            "seq": seq,
+            "reason": "on_full drop_oldest",
+            submission.CARRIED: submission.carried(evicted, seq, len(payload)),
+        },
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from lakeshore import fit
+from lakeshore import fit, submission
 from lakeshore.actors import admission
 from lakeshore.actors.admission import Prepared
 from lakeshore.actors.base import ActorRef
@@ -112,7 +112,7 @@ class Intake:
             items = await admission.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
         # A retried key not recorded yet: its first submit may have died between the publish
-        # and the events, so its event goes out again (a second one is harmless).
+        # and the events, so its event goes out again (the Recorder records one).
         waiting.announce = {i for i, f in zip(ids, fresh, strict=True) if i != f} - known
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again
@@ -269,17 +269,24 @@ class Intake:
         events = []
         for seq, payload in pending:
             try:
-                inv_id = codec.decode(payload, Invocation).id
+                inv = codec.decode(payload, Invocation)
             except msgspec.DecodeError:
                 continue  # not an invocation: nothing to record
+            # What it was goes with it: the history may not have heard of it yet.
+            record = submission.carried(inv, seq, len(payload))
             events.append(
                 InvocationEvent(
                     namespace=self._ns,
                     queue=self._queue,
-                    invocation_id=inv_id,
+                    invocation_id=inv.id,
                     ts=ts,
                     type=EventType.CANCELLED,
-                    detail={"seq": seq, "by": actor, "reason": "queue_deleted"},
+                    detail={
+                        "seq": seq,
+                        "by": actor,
+                        "reason": "queue_deleted",
+                        submission.CARRIED: record,
+                    },
                 )  # fmt: skip
             )
         for batch in admission.event_batches(events):

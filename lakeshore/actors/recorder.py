@@ -119,6 +119,14 @@ class CarriedResult(Struct, frozen=True):
     epoch: int
 
 
+class Unrecorded(Struct, frozen=True):
+    """Answered with the ids among ``ids`` (of ``namespace``) whose ``submitted`` event is
+    not recorded (asks the store for those not in memory)."""
+
+    namespace: str
+    ids: list[str]
+
+
 class GetStats(Struct, frozen=True):
     """Answered with :class:`RecorderStats`."""
 
@@ -131,6 +139,7 @@ RecorderMsg = (
     | Unfinished
     | HeldBy
     | CarriedResult
+    | Unrecorded
     | GetStats
     | Compact
 )
@@ -249,6 +258,9 @@ class Recorder(Actor[RecorderMsg]):
             case CarriedResult(namespace=ns, id=inv_id, epoch=epoch):
                 carried = self._carried.get((ns, inv_id))
                 return inline_result(carried[1]) if carried and carried[0] == epoch else None
+            case Unrecorded(namespace=ns, ids=ids):
+                known = await self._known_keys({(ns, i) for i in ids})
+                return [i for i in ids if not (f := known.get((ns, i))) or not f.submitted]
             case GetStats():
                 return self._stats()
             case Compact():
@@ -334,9 +346,13 @@ class Recorder(Actor[RecorderMsg]):
         return [d for d in deliveries if d.seq not in adopted and d.seq not in done]
 
     async def _known(self, events: list[InvocationEvent]) -> dict[Key, Fence]:
+        return await self._known_keys({(ev.namespace, ev.invocation_id) for ev in events})
+
+    async def _known_keys(self, keys: set[Key]) -> dict[Key, Fence]:
+        """The fences of ``keys`` that were ever recorded: from memory, else the store."""
         known: dict[Key, Fence] = {}
         lookup: list[str] = []
-        for key in {(ev.namespace, ev.invocation_id) for ev in events}:
+        for key in keys:
             fence = self._unfinished.get(key)
             if fence is None and (fence := self._finished.get(key)) is not None:
                 self._finished.move_to_end(key)

@@ -422,7 +422,10 @@ async def test_drop_oldest_evicts_the_oldest_pending_and_records_it_dropped(
     [c] = (await submit(ref, call(2))).ids
     [dropped] = published(bus, EventType.DROPPED)
     assert dropped.invocation_id == b  # the oldest *pending*, not the running a
+    record = dropped.detail.pop("submission")  # the drop may be all the history hears of it
     assert dropped.detail == {"seq": 2, "reason": "on_full drop_oldest"}
+    [submitted_b] = [e for e in published(bus, EventType.SUBMITTED) if e.invocation_id == b]
+    assert record == submitted_b.detail, "what the submit's own event recorded"
     # the eviction is published with the submit that caused it, before its submitted event
     _, _, last = bus.events[-1]
     assert [(e.type, e.invocation_id) for e in last.events] == [
@@ -518,7 +521,10 @@ async def test_a_forced_delete_scrubs_members_and_removes_row_and_stream(
     # the pending invocation is recorded cancelled; the running one finishes on its daemon
     [cancelled] = published(bus, EventType.CANCELLED)
     assert cancelled.invocation_id == pending != running
+    record = cancelled.detail.pop("submission")  # as its submit's own event recorded it
     assert cancelled.detail == {"seq": 2, "by": "tok-1", "reason": "queue_deleted"}
+    [submitted] = [e for e in published(bus, EventType.SUBMITTED) if e.invocation_id == pending]
+    assert record == submitted.detail
 
 
 async def test_a_lost_member_still_holds_the_queue_but_a_stopped_one_does_not(

@@ -160,6 +160,53 @@ async def test_a_submit_stored_without_its_record_is_recorded_by_its_claim(tmp_p
             await again.stop()
 
 
+async def test_a_submit_stored_without_its_record_is_announced_when_the_plane_returns(tmp_path):
+    """The server dies after a submit's message is stored and before its ``submitted`` event;
+    no key, no retry, no daemon to claim it. The restarted server finds the stored message
+    without a record and announces it (services/unrecorded.py): the job is shown pending,
+    in full, and once only however often the server starts again."""
+    async with asyncio.timeout(100):
+        data = tmp_path / "data"
+        first = ServerProc(data, faults="submit.published:exit")
+        await first.start()
+        again, third = ServerProc(data), ServerProc(data)
+        try:
+            token = first.token
+            assert (await call(first.api, token, "POST", Q, {"name": "work"}))[0] == 201
+            submit = {"fn": "fault_targets:work", "args": [9], "priority": 0}
+            with pytest.raises(aiohttp.ClientError):
+                await call(first.api, token, "POST", Q + "/work/invocations", submit)
+            assert await first.died() == 137, first.log
+            await again.start()
+
+            async def jobs(server: ServerProc) -> list[dict]:
+                return await _jobs(server.api, token, "work")
+
+            [job] = await eventually(
+                lambda: jobs(again),
+                until=lambda js: len(js) == 1,
+                timeout_s=2 * READY_S,
+                what="the stored invocation shown",
+            )
+            assert (job["state"], job["fn"]) == ("pending", "fault_targets:work"), job
+            assert "found 1 stored invocation(s) without a record" in again.log
+            await again.stop()
+            await third.start()  # found recorded now: nothing announced again
+            await eventually(
+                lambda: third.log,
+                until=lambda log: "found no stored invocation without a record" in log,
+                timeout_s=2 * READY_S,
+                what="the restarted server looked for unrecorded invocations",
+            )
+            status, shown = await call(third.api, token, "GET", f"{JOBS}/{job['id']}")
+            assert status == 200 and shown["state"] == "pending", shown
+            assert [j["id"] for j in await jobs(third)] == [job["id"]]
+        finally:
+            await first.stop()
+            await again.stop()
+            await third.stop()
+
+
 async def _killed_then_retried(tmp_path, point: str) -> tuple[ServerProc, str, str]:
     """A server that died at ``point`` inside a keyed submit, restarted; the key retried
     once. Returns the restarted server, its token and the invocation id."""

@@ -370,16 +370,24 @@ def test_a_claim_records_the_submission_when_only_other_events_are_recorded() ->
     assert made.type is S and claim.type is C
 
 
-def test_a_submitted_event_after_the_claims_record_changes_no_state() -> None:
-    out = fence_batch([carrying(ST, 1), ev(S, None, INV)], {})
-    assert [e.type for e in out.events] == [S, ST, S]
+def test_one_submitted_event_is_recorded_per_invocation() -> None:
+    # the submit's own event after the record its claim made, a retried key announced again
+    out = fence_batch([carrying(ST, 1), ev(S, None, INV), ev(S, None, INV)], {})
+    assert [e.type for e in out.events] == [S, ST] and out.repeated == 2
     assert out.fences[("ns", INV)].state is InvocationState.RUNNING
+    known = {("ns", INV): Fence(top=0, submitted=True)}
+    out = fence_batch([ev(S, None, INV)], known)
+    assert (out.events, out.repeated) == ([], 1)
+    out = fence_batch([ev(S, None, INV)], {("ns", INV): Fence(top=-1)})
+    assert [e.type for e in out.events] == [S], "a cancel raced it: still its first"
 
 
-def test_only_claims_give_up_a_record() -> None:
-    # an outcome's detail is recorded as it is, whatever it holds
-    done = replace(ev(OK, 1, INV), detail={"submission": RECORD})
-    assert fence_batch([done], {}).events == [done]
+def test_the_control_planes_drop_and_cancel_give_up_the_record_they_carry() -> None:
+    for end, made_by in ((DROP, "dropped"), (CANCEL, "cancelled")):
+        gone = replace(ev(end, None, INV), detail={"seq": 7, "submission": RECORD})
+        made, recorded = fence_batch([gone], {}).events
+        assert (made.type, made.detail["recorded_from"]) == (S, made_by)
+        assert recorded.type is end and recorded.detail == {"seq": 7}
 
 
 RANK_OF = {C: 1, ST: 2}
