@@ -9,6 +9,7 @@ publish to a full queue, and depth counts queued plus in-flight invocations.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -55,6 +56,8 @@ ACK_WAIT_S = 60.0
 #: long request would wait on past the election. Ensuring asks again for ``ENSURE_S``.
 ENSURE_S = 5.0
 _SHORT_REQUEST_S = 1.0
+#: Undelivered invocations read per direct get (``pending_messages``).
+PENDING_BATCH = 256
 _RETRY_S = 0.1
 #: nats-py's answers of a JetStream that cannot answer yet (no stream leader, no responders).
 _NOT_YET = (TimeoutError, nats.errors.NoRespondersError, jse.ServiceUnavailableError)
@@ -134,6 +137,8 @@ class NatsBus:
             max_msgs=max_depth if max_depth is not None else -1,
             duplicate_window=DUPLICATE_WINDOW_S,
             num_replicas=self._replicas,
+            # Read by the control plane only (pending_messages): no tenant's grant has it.
+            allow_direct=True,
         )
         assert cfg.name is not None
         name = cfg.name
@@ -334,8 +339,9 @@ class NatsBus:
     async def pending_messages(
         self, namespace: str, queue: str, *, levels: int, limit: int
     ) -> list[tuple[int, bytes]]:
-        """Undelivered invocations, read one by one after each level's delivered floor
-        (a few requests per message: for a queue's removal, not a hot path)."""
+        """Undelivered invocations, read after each level's delivered floor in batches of
+        direct gets (for a queue's removal and a term's look for unrecorded submissions;
+        one by one from a stream that does not allow direct gets yet)."""
         stream = subjects.queue_stream(namespace, queue)
         out: list[tuple[int, bytes]] = []
         async with self._errors(f"read the pending invocations of {namespace}/{queue}"):
@@ -347,13 +353,54 @@ class NatsBus:
                 seq = (ci.delivered.stream_seq or 0) + 1
                 subject = subjects.level_subject(namespace, queue, level)
                 while len(out) < limit:
-                    try:
-                        msg = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
-                    except jse.NotFoundError:
+                    want = min(PENDING_BATCH, limit - len(out))
+                    got = await self._direct_batch(stream, subject, seq, want)
+                    if got is None:
+                        got = await self._one_by_one(stream, subject, seq, want)
+                    out += got
+                    if len(got) < want:
                         break
-                    out.append((msg.seq, msg.data or b""))
-                    seq = msg.seq + 1
+                    seq = got[-1][0] + 1
         return out
+
+    async def _direct_batch(
+        self, stream: str, subject: str, seq: int, n: int
+    ) -> list[tuple[int, bytes]] | None:
+        """Up to ``n`` stored messages of ``subject`` from ``seq`` on, in one batched direct
+        get (``None``: the stream does not answer direct gets)."""
+        got: list[tuple[int, bytes]] = []
+        ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def take(msg: Msg) -> None:
+            headers = msg.headers or {}
+            if (status := headers.get("Status")) is not None:
+                if not ended.done():  # 204: the end of the batch; 404: nothing there
+                    ended.set_result(status)
+            else:
+                got.append((int(headers["Nats-Sequence"]), msg.data or b""))
+
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox, cb=take, pending_msgs_limit=4 * n + 16)
+        try:
+            ask = {"seq": seq, "batch": n, "next_by_subj": subject}
+            await self._nc.publish(f"$JS.API.DIRECT.GET.{stream}", json.dumps(ask).encode(), inbox)
+            status = await asyncio.wait_for(ended, _SHORT_REQUEST_S * 5)
+        finally:
+            await sub.unsubscribe()
+        return None if status == "503" else got  # 503: no responder (direct gets not allowed)
+
+    async def _one_by_one(
+        self, stream: str, subject: str, seq: int, n: int
+    ) -> list[tuple[int, bytes]]:
+        got: list[tuple[int, bytes]] = []
+        while len(got) < n:
+            try:
+                msg = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
+            except jse.NotFoundError:
+                break
+            got.append((msg.seq, msg.data or b""))
+            seq = msg.seq + 1
+        return got
 
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
@@ -473,6 +520,7 @@ def same_stream(have: StreamConfig, want: StreamConfig) -> bool:
         and (have.max_msgs if have.max_msgs is not None else -1) == want.max_msgs
         and abs((have.duplicate_window or 0) - (want.duplicate_window or 0)) < 1e-3
         and (have.num_replicas or 1) == (want.num_replicas or 1)
+        and bool(have.allow_direct) == bool(want.allow_direct)
     )
 
 

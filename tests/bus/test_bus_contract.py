@@ -247,6 +247,39 @@ async def test_oldest_pending_skips_deleted_invocations(bus, ns) -> None:
     assert await bus.oldest_pending(ns, Q, levels=1) == (2, b"b")
 
 
+async def test_pending_messages_are_the_undelivered_ones_of_every_level(bus, ns, claim) -> None:
+    # more than one batch of direct gets on level 0 (lakeshore.bus.nats.PENDING_BATCH)
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None)
+    n = 600
+    await bus.publish_work(ns, Q, [item(f"a{i}") for i in range(n)])
+    await bus.publish_work(ns, Q, [item("b0", 1), item("b1", 1)])
+    await claim(bus, ns, Q, 0, 3)  # delivered: not pending any more
+    await claim(bus, ns, Q, 1, 1)
+    assert await bus.delete_message(ns, Q, 10)  # gone from the middle of a batch
+    pending = await bus.pending_messages(ns, Q, levels=2, limit=10_000)
+    wanted = [(i + 1, f"a{i}".encode()) for i in range(3, n) if i + 1 != 10]
+    assert pending == [*wanted, (n + 2, b"b1")]
+    assert await bus.pending_messages(ns, Q, levels=2, limit=300) == wanted[:300]
+    assert await bus.pending_messages(ns, "nowhere", levels=1, limit=10) == []
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)
+async def test_pending_messages_of_a_stream_made_without_direct_gets(bus, ns, claim) -> None:
+    # a queue's stream made before they were allowed: read one by one until ensured again
+    await bus.ensure_queue(ns, Q, levels=1, max_depth=None)
+    await bus.publish_work(ns, Q, [item(f"a{i}") for i in range(5)])
+    await claim(bus, ns, Q, 0, 1)
+    js = bus.nc.jetstream()
+    info = await js.stream_info(subjects.queue_stream(ns, Q))
+    info.config.allow_direct = False
+    await js.update_stream(info.config)
+    expected = [(i + 1, f"a{i}".encode()) for i in range(1, 5)]
+    assert await bus.pending_messages(ns, Q, levels=1, limit=10) == expected
+    await bus.ensure_queue(ns, Q, levels=1, max_depth=None)
+    assert (await js.stream_info(subjects.queue_stream(ns, Q))).config.allow_direct
+    assert await bus.pending_messages(ns, Q, levels=1, limit=10) == expected
+
+
 async def test_delete_message_twice_is_false(bus, ns) -> None:
     await bus.ensure_queue(ns, Q, levels=1, max_depth=None)
     await bus.publish_work(ns, Q, [item("a")])

@@ -144,6 +144,9 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         client.errors.clear()
         await _refused(client, f"$JS.API.STREAM.MSG.GET.{secret_stream}", b'{"seq":1}')
         client.errors.clear()
+        # ... or by a batch of direct gets (queue streams allow them, for the control plane)
+        await _refused(client, f"$JS.API.DIRECT.GET.{secret_stream}", b'{"seq":1,"batch":8}')
+        client.errors.clear()
         # forge a result of another org's job
         fake = codec.encode(Result(id=world.busy_job, ok=True, worker=who, epoch=1))
         await _refused(client, subjects.result_subject(NS, world.busy_job, 1), fake)
