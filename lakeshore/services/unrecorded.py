@@ -47,11 +47,10 @@ async def announce_unrecorded(
         LakeshoreError: NATS or the Recorder did not answer (nothing half-announced: what
             was published is recorded, the rest is found at the next term's start).
     """
-    floor, last = await events.progress()
-    if floor < last:  # else every event message is recorded and acknowledged already
-        caught_up = await recorder.ask(WaitRecorded(last))
-        async with asyncio.timeout(CATCH_UP_S):
-            await caught_up
+    _, last = await events.progress()
+    caught_up = await recorder.ask(WaitRecorded(last))
+    async with asyncio.timeout(CATCH_UP_S):
+        await caught_up
     announced = 0
     rows = await queues.all_queues()
     for row in rows:

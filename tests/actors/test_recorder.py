@@ -218,6 +218,22 @@ async def test_a_restart_reloads_the_unfinished_fences_from_the_store(rec: Recor
     assert (await rec.stats()).stale == 2
 
 
+async def test_after_a_restart_a_wait_for_what_was_acknowledged_is_over_at_once(
+    rec: Recording,
+) -> None:
+    # a read that catches up after a restart waited out its bound when nothing new came
+    last = await rec.publish(event("inv-1", S), event("inv-1", DROP))
+    await rec.recorded(last)
+    await eventually(rec.feed.progress, until=lambda p: p == (last, last), timeout_s=WAIT_S,
+                     what="the recorded message to be acked")  # fmt: skip
+    await rec.restart()
+    future = await rec.ask(WaitRecorded(last))
+    assert future.done() and future.result() == last
+    later = await rec.publish(event("inv-2", S))
+    waiting = await rec.ask(WaitRecorded(later))  # one not recorded yet is still waited for
+    assert await settle(waiting) == later
+
+
 async def test_messages_published_while_stopped_are_recorded_after_the_restart(
     runtime: Runtime, rec: Recording
 ) -> None:
