@@ -28,6 +28,7 @@ one's id; a small function's ``args`` and ``kwargs`` are kept for a retry
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -79,6 +80,20 @@ def detail(inv: Invocation, seq: int, *, keep_args: bool) -> dict[str, Any]:
     if inv.retry_of is not None:
         out["retry_of"] = inv.retry_of
     return out
+
+
+def submitted(inv: Invocation, seq: int, size: int, ts: datetime, **marks: str) -> InvocationEvent:
+    """The ``submitted`` event of ``inv``, stored at ``seq`` in a message of ``size`` bytes
+    (a function's arguments kept up to :data:`MAX_KEPT_BODY_BYTES`); ``marks`` go in its
+    detail too (``recorded_from``)."""
+    return InvocationEvent(
+        namespace=inv.namespace,
+        queue=inv.queue,
+        invocation_id=inv.id,
+        ts=ts,
+        type=EventType.SUBMITTED,
+        detail={**detail(inv, seq, keep_args=size <= MAX_KEPT_BODY_BYTES), **marks},
+    )
 
 
 def carried(inv: Invocation, seq: int, size: int) -> dict[str, Any]:

@@ -241,7 +241,6 @@ def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
 
 
 def submitted_events(
-    row: Queue,
     items: list[Prepared],
     published: list[Published | None],
     announce: set[str] = frozenset(),  # type: ignore[assignment]
@@ -249,21 +248,12 @@ def submitted_events(
     """The ``submitted`` events of the items stored now: not refused, and not duplicates
     unless their id is in ``announce``.
 
-    Their detail is :func:`lakeshore.submission.detail`, which a daemon's claim carries
+    Each is :func:`lakeshore.submission.submitted`, whose record a daemon's claim carries
     too (the record is made from the claim when this event is missing).
     """
     ts = now()
     return [
-        InvocationEvent(
-            namespace=row.namespace,
-            queue=row.name,
-            invocation_id=p.id,
-            ts=ts,
-            type=EventType.SUBMITTED,
-            detail=submission.detail(
-                p.inv, pub.seq, keep_args=len(p.payload) <= submission.MAX_KEPT_BODY_BYTES
-            ),
-        )
+        submission.submitted(p.inv, pub.seq, len(p.payload), ts)
         for p, pub in zip(items, published, strict=True)
         if pub is not None and (not pub.duplicate or p.id in announce)
     ]

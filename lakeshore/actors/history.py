@@ -162,14 +162,17 @@ class HistoryWriter:
             if self._clock() - self._pruned_at >= self._prune_every_s:
                 await self.prune()
 
-    async def prune(self) -> None:
-        """Forget the sequences of messages acked for good (JetStream will not redeliver)."""
+    async def prune(self) -> int | None:
+        """Forget the sequences of messages acked for good (JetStream will not redeliver);
+        answers the ack floor (``None`` when it could not be read)."""
+        ack_floor = None
         try:
             ack_floor, last_seq = await self._feed.progress()
             await self._store.prune_recorded_batches(ack_floor, last_seq)
         except Exception as e:
             log.warning("recorder: pruning the record of appended messages failed: %s", e)
         self._pruned_at = self._clock()
+        return ack_floor
 
     def _take(self) -> list[Fenced]:
         """The oldest queued batches, up to :data:`MAX_APPEND_ROWS` rows (at least one);

@@ -231,9 +231,7 @@ class Intake:
         """Publish the events of what a submit stored (and of what it evicted)."""
         events = [
             *waiting.dropped,
-            *admission.submitted_events(
-                self._row(), waiting.items, waiting.published, waiting.announce
-            ),
+            *admission.submitted_events(waiting.items, waiting.published, waiting.announce),
         ]
         for batch in admission.event_batches(events):
             await self._bus.publish_events(self._ns, self._queue, batch)

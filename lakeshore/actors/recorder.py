@@ -220,12 +220,11 @@ class Recorder(Actor[RecorderMsg]):
     async def started(self) -> None:
         await self._halt_loop()
         await self._feed.ensure()
-        await self._writer.prune()
+        floor = await self._writer.prune()
         await self._load()
         # Every message at or below the ack floor is in the store for good: a wait for one
         # of them (a read catching up after a restart, when nothing new has come) is over.
-        floor, _ = await self._feed.progress()
-        self._last_seq = max(self._last_seq, floor)
+        self._last_seq = max(self._last_seq, floor or 0)
         self._fenced_seq = self._last_seq  # what was fenced but not appended comes again
         self._stopping = False
         self._writer_task = asyncio.create_task(self._writer.run(), name="recorder-history")

@@ -27,7 +27,7 @@ from lakeshore.actors.recorder import Unrecorded, WaitRecorded
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Feed
 from lakeshore.errors import LakeshoreError
-from lakeshore.model import EventType, Invocation, InvocationEvent, Queue, levels_of
+from lakeshore.model import Invocation, Queue, levels_of
 from lakeshore.store.port import QueueRows
 
 log = logging.getLogger(__name__)
@@ -83,16 +83,8 @@ async def _announce_queue(row: Queue, bus: Bus, recorder: ActorRef[Any]) -> int:
     made = []
     for inv_id in missing:
         seq, payload, inv = stored[inv_id]
-        keep = len(payload) <= submission.MAX_KEPT_BODY_BYTES
         made.append(
-            InvocationEvent(
-                namespace=row.namespace,
-                queue=row.name,
-                invocation_id=inv_id,
-                ts=inv.submitted_at,
-                type=EventType.SUBMITTED,
-                detail={**submission.detail(inv, seq, keep_args=keep), "recorded_from": "stream"},
-            )
+            submission.submitted(inv, seq, len(payload), inv.submitted_at, recorded_from="stream")
         )
     for batch in event_batches(made):
         await bus.publish_events(row.namespace, row.name, batch)
