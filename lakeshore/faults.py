@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 POINTS = {
     "submit.keys_stored": "a submit's new idempotency keys are stored, nothing published",
     "submit.published": "a submit's invocations are in the stream, no event published",
-    "submit.recorded": "a submit's events are published, the submit not answered",
+    "submit.recorded": "a submit's events are in the outbox, the submit not answered",
     "queue.patch": "a queue actor is about to apply a PATCH",
     "recorder.appended": "the Recorder appended a batch to DuckDB, not yet acked it",
 }

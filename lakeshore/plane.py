@@ -29,6 +29,7 @@ from lakeshore.actors.compaction import Compact, keep_s
 from lakeshore.actors.controller import ControllerActor, Halt, Tick
 from lakeshore.actors.directory import QueueDirectory
 from lakeshore.actors.launcher import Launcher, exit_reporter, placement_reporter
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.recorder import Recorder
 from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.connection import connect_nats
@@ -484,12 +485,20 @@ class ControlPlane:
             )
         )
         runtime.every(settings.tick_s, controller, Tick())
+        try:  # a submit is answered once its work is stored: keep room for what follows
+            await bus.keep_reserve()
+        except Unavailable as e:
+            log.warning("no room kept in JetStream's store for this plane's writes: %s", e)
+        # Unwound after the gateway and the queues stop: their last submits' events go out.
+        outbox = Outbox(bus)
+        stack.push_async_callback(outbox.close)
         directory = await runtime.spawn(
             QueueDirectory(
                 runtime,
                 store=store,
                 bus=bus,
                 workers=workers,
+                outbox=outbox,
                 key_ttl_s=settings.idempotency_ttl_s,
                 faults=faults,
                 on_created=sessions.regrant,
@@ -517,6 +526,7 @@ class ControlPlane:
                 workers=workers,
                 controller=controller,
                 recorder=recorder,
+                outbox=outbox,
                 ask_timeout_s=settings.ask_timeout_s,
                 metrics=metrics.invocations,
                 quotas=settings.quotas,

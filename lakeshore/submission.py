@@ -16,8 +16,8 @@ records (:func:`detail`), so the record is made by whoever has the message:
 
 So an invocation stored without its ``submitted`` event (the control plane died between
 the publish and the event) is recorded in full all the same. The Recorder records one
-``submitted`` event per invocation: a second one (a retried key announced again, a record
-made from a claim that raced its submit's own event) is not recorded.
+``submitted`` event per invocation: a second one (the outbox's event after a record made
+from the claim that raced it, one published again after a timeout) is not recorded.
 
 The detail names the fields it keeps: an invocation's ``env`` is not one of them (its
 values reach no event, see :mod:`lakeshore.model.redact`; its keys are kept, so that a

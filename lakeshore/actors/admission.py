@@ -241,12 +241,11 @@ def _dropped_event(row: Queue, seq: int, payload: bytes) -> InvocationEvent:
 
 
 def submitted_events(
-    items: list[Prepared],
-    published: list[Published | None],
-    announce: set[str] = frozenset(),  # type: ignore[assignment]
+    items: list[Prepared], published: list[Published | None]
 ) -> list[InvocationEvent]:
-    """The ``submitted`` events of the items stored now: not refused, and not duplicates
-    unless their id is in ``announce``.
+    """The ``submitted`` events of the items stored now: neither refused nor duplicates (a
+    duplicate's first submit stored its message, whose record is made by the outbox, its
+    claim, or a new term's look at the queue's stream).
 
     Each is :func:`lakeshore.submission.submitted`, whose record a daemon's claim carries
     too (the record is made from the claim when this event is missing).
@@ -255,7 +254,7 @@ def submitted_events(
     return [
         submission.submitted(p.inv, pub.seq, len(p.payload), ts)
         for p, pub in zip(items, published, strict=True)
-        if pub is not None and (not pub.duplicate or p.id in announce)
+        if pub is not None and not pub.duplicate
     ]
 
 

@@ -19,6 +19,7 @@ from lakeshore import elasticity, quotas
 from lakeshore.actors.base import Actor, ActorRef, Runtime
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S
 from lakeshore.actors.intake import NO_FAULTS
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import (
     DeleteQueue,
     QueueActor,
@@ -82,12 +83,14 @@ class QueueDirectory(Actor[DirectoryMsg]):
         store: QueueStore,
         bus: Bus,
         workers: ActorRef[Any],
+        outbox: Outbox,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
         on_created: Callable[[str], None] = lambda namespace: None,
         quotas: Quotas = DEFAULT_QUOTAS,
     ) -> None:
         self._runtime, self._store, self._bus, self._workers = runtime, store, bus, workers
+        self._outbox = outbox
         self._key_ttl_s, self._faults, self._quotas = key_ttl_s, faults, quotas
         # Told the namespace of each new queue (its daemons are granted its stream).
         self._on_created = on_created
@@ -224,6 +227,7 @@ class QueueDirectory(Actor[DirectoryMsg]):
     async def _spawn(self, ns: str, name: str, row: Queue | None = None) -> None:
         actor = QueueActor(
             ns, name, store=self._store, bus=self._bus, workers=self._workers,
-            key_ttl_s=self._key_ttl_s, faults=self._faults, quotas=self._quotas, row=row,
+            outbox=self._outbox, key_ttl_s=self._key_ttl_s, faults=self._faults,
+            quotas=self._quotas, row=row,
         )  # fmt: skip
         self._queues[(ns, name)] = await self._runtime.spawn(actor)

@@ -1,5 +1,6 @@
 """Intake: a queue's admission workflow — ids and keys, publishing under ``on_full``, the
-waiting room of a full ``block`` queue, and the ``submitted`` events.
+waiting room of a full ``block`` queue, and the ``submitted`` events (handed to the
+:class:`~lakeshore.actors.outbox.Outbox`: a submit is answered once its work is stored).
 
 Owned by the queue's :class:`~lakeshore.actors.queue.QueueActor`, which hands it the
 current row; split from the actor so that the row's lifecycle and the submit path each
@@ -24,11 +25,12 @@ from lakeshore.actors import admission
 from lakeshore.actors.admission import Prepared
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S, resolve_keys
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
-from lakeshore.errors import InsufficientStorage, LakeshoreError, QueueFull, WrongState
+from lakeshore.errors import LakeshoreError, QueueFull, WrongState
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
 from lakeshore.model import (
@@ -61,6 +63,7 @@ class Intake:
     store: where idempotency keys are kept.
     bus: the queue's stream and the events stream.
     workers: the WorkerRegistry (the ``no_members`` warning).
+    outbox: publishes the ``submitted`` events behind the answer.
     key_ttl_s: how long a key names its invocation (seconds).
     faults: fault points.
     """
@@ -74,11 +77,12 @@ class Intake:
         store: IdempotencyKeys,
         bus: Bus,
         workers: ActorRef[Any],
+        outbox: Outbox,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
     ) -> None:
         self._ns, self._queue, self._row = namespace, queue, row
-        self._store, self._bus, self._workers = store, bus, workers
+        self._store, self._bus, self._workers, self._outbox = store, bus, workers, outbox
         self._key_ttl_s, self._faults = key_ttl_s, faults
         self._room = WaitingRoom(retry=self._retry, admit=self._admit, refuse=self._refuse)
 
@@ -101,7 +105,7 @@ class Intake:
         """Admit a submit; answers a future settled once it is in (at once unless a full
         ``block`` queue makes it wait in the waiting room)."""
         row = self.admitting()
-        ids = fresh = await admission.new_ids(len(specs))
+        ids = await admission.new_ids(len(specs))
         items = await admission.prepare(row, specs, ids)  # refuses a bad batch before any key
         known: set[str] = set()
         if any(spec.idempotency_key for spec in specs):
@@ -111,9 +115,6 @@ class Intake:
             )  # fmt: skip
             items = await admission.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
-        # A retried key not recorded yet: its first submit may have died between the publish
-        # and the events, so its event goes out again (the Recorder records one).
-        waiting.announce = {i for i, f in zip(ids, fresh, strict=True) if i != f} - known
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again
                 waiting.published[i] = Published(seq=0, duplicate=True)
@@ -134,7 +135,7 @@ class Intake:
                     self._bus, row, items, waiting.published, levels=levels_of(row.kind)
                 )
             except QueueFull:
-                await self._record_admitted(waiting)
+                self._record_admitted(waiting)
                 raise
             if waiting.next_index < len(items):
                 return self._room.park(waiting)
@@ -174,7 +175,7 @@ class Intake:
     async def _refuse(self, waiting: Waiting, why: LakeshoreError | None) -> LakeshoreError:
         """The waiting room's refusal: the error the asker gets (``QueueFull`` once its
         wait ran out), after recording what of the submit was stored."""
-        await self._record_admitted(waiting)
+        self._record_admitted(waiting)
         if why is not None:
             return why
         try:
@@ -185,19 +186,10 @@ class Intake:
     async def _admit(
         self, waiting: Waiting, warned: Awaitable[list[str]] | None = None
     ) -> SubmitAnswer:
-        """Record an admitted submit's events, wake the daemons, answer it (with the
-        ``warned`` warnings, when they were asked for already)."""
+        """Hand an admitted submit's events to the outbox, wake the daemons, answer it (with
+        the ``warned`` warnings, when they were asked for already)."""
         row = self._row()
-        try:
-            await self._record_admitted(waiting)
-        except InsufficientStorage:
-            # JetStream refused the events for good (its store is full): admitted without a
-            # record is worse than refused — nobody would see it, yet it would run. Taken
-            # back, it leaves nothing behind and a retry starts afresh. (Not on a timeout:
-            # the events may be stored after all, and a record without its message would
-            # wait for ever; the message stays, and a retry announces it again.)
-            await self._take_back(waiting)
-            raise
+        self._record_admitted(waiting)
         self._faults.hit("submit.recorded")
         await self._bus.nudge(self._ns, row.name)
         items, published = waiting.items, waiting.published
@@ -211,30 +203,10 @@ class Intake:
             ],
         )
 
-    async def _take_back(self, waiting: Waiting) -> None:
-        """Remove the messages a submit stored and the keys naming them, best effort: a
-        retry then gets new ids (the stream would take the old ones for duplicates)."""
-        taken: set[str] = set()
-        for item, pub in zip(waiting.items, waiting.published, strict=True):
-            if pub is not None and not pub.duplicate:
-                try:
-                    await self._bus.delete_message(self._ns, self._queue, pub.seq)
-                    taken.add(item.id)
-                except LakeshoreError as e:
-                    log.warning("invocation %s could not be taken back: %s", item.id, e)
-        keys = [i.spec.idempotency_key for i in waiting.items if i.id in taken]
-        if any(keys):
-            await self._store.forget_keys(self._ns, self._queue, [k for k in keys if k])
-        log.info("submit taken back: its events could not be recorded")
-
-    async def _record_admitted(self, waiting: Waiting) -> None:
-        """Publish the events of what a submit stored (and of what it evicted)."""
-        events = [
-            *waiting.dropped,
-            *admission.submitted_events(waiting.items, waiting.published, waiting.announce),
-        ]
-        for batch in admission.event_batches(events):
-            await self._bus.publish_events(self._ns, self._queue, batch)
+    def _record_admitted(self, waiting: Waiting) -> None:
+        """Put the events of what a submit stored (and of what it evicted) in the outbox."""
+        events = [*waiting.dropped, *admission.submitted_events(waiting.items, waiting.published)]
+        self._outbox.put(self._ns, self._queue, events)
 
     async def _warnings(self, row: Queue, items: Sequence[Prepared]) -> list[str]:
         if row.elasticity.kind is not ElasticityKind.FIXED:

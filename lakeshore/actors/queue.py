@@ -16,6 +16,7 @@ from lakeshore import elasticity, quotas
 from lakeshore.actors.base import Actor, ActorRef
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S
 from lakeshore.actors.intake import NO_FAULTS, Intake
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.workers import Members, Scrub
 from lakeshore.bus.port import Bus
 from lakeshore.errors import (
@@ -144,13 +145,15 @@ class QueueActor(Actor[QueueMsg]):
         store: QueueStore,
         bus: Bus,
         workers: ActorRef[Any],
+        outbox: Outbox,
         key_ttl_s: float = DEFAULT_KEY_TTL_S,
         faults: Faults = NO_FAULTS,
         quotas: Quotas = DEFAULT_QUOTAS,
         row: Queue | None = None,
     ) -> None:
-        """``row``: the queue's row as just read by the caller, so that the first start
-        need not read it again (a restart of the actor always reads it)."""
+        """``outbox``: publishes the submits' events; ``row``: the queue's row as just read
+        by the caller, so that the first start need not read it again (a restart of the
+        actor always reads it)."""
         self.name = f"queue:{namespace}/{name}"
         self._quotas = quotas
         self._ns, self._queue = namespace, name
@@ -161,7 +164,7 @@ class QueueActor(Actor[QueueMsg]):
         self._faults = faults
         self._intake = Intake(
             namespace, name, row=self._current, store=store, bus=bus, workers=workers,
-            key_ttl_s=key_ttl_s, faults=faults,
+            outbox=outbox, key_ttl_s=key_ttl_s, faults=faults,
         )  # fmt: skip
 
     def _current(self) -> Queue:

@@ -41,9 +41,6 @@ class Waiting:
     dropped: list[InvocationEvent]
     #: ``time.monotonic()`` after which it is refused
     deadline: float
-    #: ids whose ``submitted`` event is published even if the stream calls them duplicates:
-    #: a retried key whose first submit died before its events were published
-    announce: set[str] = field(default_factory=set)
     answer: asyncio.Future[SubmitAnswer] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )

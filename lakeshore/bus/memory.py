@@ -198,7 +198,7 @@ class InMemoryBus:
         self._check()
         self.nudges.append((namespace, queue))
 
-    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
+    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> int:
         self._check()
         log = self._log
         async with log.changed:
@@ -206,6 +206,7 @@ class InMemoryBus:
             log.stored_at[len(log.messages)] = now()
             log.ready.add(len(log.messages))
             log.changed.notify_all()
+        return len(log.messages)
 
     async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
         self._check()

@@ -34,6 +34,7 @@ from nats.js.api import (
 from lakeshore.bus import codec, subjects
 from lakeshore.bus.connection import NatsLogin, connect_nats
 from lakeshore.bus.port import Published, QueueCounts
+from lakeshore.bus.reserve import ERR_INSUFFICIENT_RESOURCES, StoreReserve, store_full
 from lakeshore.errors import InsufficientStorage, Unavailable
 from lakeshore.model import DaemonControl, EventBatch
 
@@ -80,6 +81,8 @@ class NatsBus:
         self._answering: set[asyncio.Task[None]] = set()
         #: consumers ensured in the background, per stream (see :meth:`ensure_queue`)
         self._ensuring: dict[str, asyncio.Task[None]] = {}
+        #: room kept for the control plane's own writes, once a leader armed it
+        self._reserve: StoreReserve | None = None
 
     @classmethod
     async def connect(
@@ -114,7 +117,18 @@ class NatsBus:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._reserve is not None:
+            await self._reserve.close()
         await self._nc.close()
+
+    async def keep_reserve(self) -> None:
+        """Keep room in JetStream's store for this control plane's own writes (a leader's
+        term, see :mod:`lakeshore.bus.reserve`); from now on a write refused for want of
+        room gives it up, and work is refused until it is back."""
+        if self._reserve is None:
+            self._reserve = StoreReserve(self._js_short, replicas=self._replicas)
+        async with self._errors("keep room in JetStream's store"):
+            await self._reserve.arm()
 
     async def ensure_queue(
         self, namespace: str, queue: str, *, levels: int, max_depth: int | None
@@ -276,6 +290,8 @@ class NatsBus:
             Unavailable: NATS failed otherwise (no stream, timeout): the items before the
                 failure may have been admitted; resubmitting with the same ids is safe.
         """
+        if self._reserve is not None:
+            self._reserve.check(f"admit work to {namespace}/{queue}")
         out: list[Published | None] = []
         for start in range(0, len(items), PUBLISH_WINDOW):
             window = items[start : start + PUBLISH_WINDOW]
@@ -285,6 +301,7 @@ class NatsBus:
             )
             for answer in answers:
                 if NatsErrors.store_full(answer):
+                    self._store_full()
                     raise NatsErrors.full(f"admit work to {namespace}/{queue}") from answer
                 if isinstance(answer, BaseException):
                     raise Unavailable(
@@ -435,9 +452,10 @@ class NatsBus:
         async with self._errors(f"wake the daemons of {namespace}/{queue}"):
             await self._nc.publish(subjects.nudge_subject(namespace, queue), b"")
 
-    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
+    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> int:
         async with self._errors(f"record events of {namespace}/{queue}"):
-            await self._js.publish(subjects.event_subject(namespace, queue), codec.encode(batch))
+            subject = subjects.event_subject(namespace, queue)
+            return (await self._js.publish(subject, codec.encode(batch))).seq
 
     async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
         """Tell a daemon to cancel a run or retire (core NATS, best effort)."""
@@ -495,7 +513,11 @@ class NatsBus:
         return sub
 
     def _errors(self, what: str) -> NatsErrors:
-        return NatsErrors(what)
+        return NatsErrors(what, on_full=self._store_full)
+
+    def _store_full(self) -> None:
+        if self._reserve is not None:
+            self._reserve.give_up()
 
 
 async def _until_answered(step: Callable[[], Awaitable[T]]) -> T:
@@ -528,12 +550,8 @@ class NatsErrors:
     """Turns NATS failures into :class:`Unavailable` with what was being done
     (:class:`InsufficientStorage` when JetStream's store is full)."""
 
-    #: JetStream's error code when its store is full ("insufficient resources").
-    ERR_INSUFFICIENT_RESOURCES = 10023
-
-    @classmethod
-    def store_full(cls, exc: object) -> bool:
-        return isinstance(exc, jse.APIError) and exc.err_code == cls.ERR_INSUFFICIENT_RESOURCES
+    ERR_INSUFFICIENT_RESOURCES = ERR_INSUFFICIENT_RESOURCES
+    store_full = staticmethod(store_full)
 
     @classmethod
     def full(cls, what: str) -> InsufficientStorage:
@@ -542,8 +560,8 @@ class NatsErrors:
             f"{cls.ERR_INSUFFICIENT_RESOURCES}): its store is full"
         )  # fmt: skip
 
-    def __init__(self, what: str) -> None:
-        self._what = what
+    def __init__(self, what: str, on_full: Callable[[], None] = lambda: None) -> None:
+        self._what, self._on_full = what, on_full
 
     async def __aenter__(self) -> None:
         return None
@@ -552,6 +570,7 @@ class NatsErrors:
         if exc is None or isinstance(exc, jse.NotFoundError):
             return False
         if self.store_full(exc):
+            self._on_full()
             raise self.full(self._what) from exc
         if isinstance(exc, (nats.errors.Error, jse.Error, TimeoutError, OSError)):
             raise Unavailable(f"NATS did not answer while trying to {self._what}: {exc}") from exc

@@ -107,8 +107,9 @@ class Bus(Protocol):
     async def nudge(self, namespace: str, queue: str) -> None:
         """Wake idle daemons of ``queue`` (best effort)."""
 
-    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> None:
-        """Append lifecycle events to the events stream (durable once this returns)."""
+    async def publish_events(self, namespace: str, queue: str, batch: EventBatch) -> int:
+        """Append lifecycle events to the events stream (durable once this returns); the
+        message's sequence in it."""
 
     async def send_control(self, namespace: str, worker_id: str, control: DaemonControl) -> None:
         """Tell one daemon to cancel a run or retire (best effort)."""

@@ -196,6 +196,18 @@ STATE_SUBJECTS = f"{STATE_PREFIX}.>"
 STATE_EPOCH_SUBJECT = f"{STATE_PREFIX}.epoch"
 
 
+#: The control plane's room in JetStream's store (:mod:`lakeshore.bus.reserve`): filler it
+#: gives up when the store is full, so that its own writes go on (outside ``ls.``).
+RESERVE_STREAM = "LS_RESERVE"
+RESERVE_PREFIX = "lsreserve"
+
+
+def reserve_subject(part: str = "room") -> str:
+    """A subject of the reserve stream: ``room`` holds the filler, ``probe`` the small write
+    that tells whether the store is under its limit once the filler is back."""
+    return f"{RESERVE_PREFIX}.{part}"
+
+
 def lease_stream(bucket: str = LEASE_BUCKET) -> str:
     """The JetStream stream behind a KV bucket."""
     return f"KV_{bucket}"

@@ -24,6 +24,7 @@ from lakeshore import fit
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.controller import PendingHint
 from lakeshore.actors.directory import Lookup
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import CancelPending, GetQueue, Submit
 from lakeshore.actors.recorder import (
     CarriedResult,
@@ -110,6 +111,8 @@ class JobService:
         results: where daemons' results are read (the events feed's results bucket).
         bus: daemon control (cancel a run).
         directory, workers, controller, recorder: the actors asked.
+        outbox: the events of this plane's answered submits not published yet (reads wait
+            for them).
         ask_timeout_s: the bound of an ask beyond a submit's own wait (seconds).
         quotas: the server's quotas (``pending_per_org`` is checked on submit).
         metrics: counts deduplicated submits (``None``: not counted).
@@ -126,6 +129,7 @@ class JobService:
         workers: ActorRef[Any],
         controller: ActorRef[Any],
         recorder: ActorRef[Any],
+        outbox: Outbox,
         ask_timeout_s: float,
         quotas: Quotas = DEFAULT_QUOTAS,
         metrics: InvocationMetrics | None = None,
@@ -136,7 +140,7 @@ class JobService:
         self._code = code
         self._metrics = metrics
         self._directory, self._workers = directory, workers
-        self._controller, self._recorder = controller, recorder
+        self._controller, self._recorder, self._outbox = controller, recorder, outbox
         self._ask_timeout_s = ask_timeout_s
         self._pending = PendingTally(store, bus, quotas)
         self._waits = ResultWaits(quotas)
@@ -490,6 +494,8 @@ class JobService:
     async def _known(self, namespace: str, job_id: str) -> bool:
         """Whether the Recorder has the job in memory once it has read the events stream up to
         now: the hot path of a result wait never queries the history."""
+        if self._outbox.holds(namespace, job_id):
+            return True  # answered by this plane, its record on its way
         if await self._recorder.ask(Knows(namespace, job_id)):
             return True
         await self._catch_up()
@@ -505,14 +511,17 @@ class JobService:
             recorded.cancel()
 
     async def _settled(self) -> None:
-        """Wait (briefly) until the history holds every outcome the Recorder has accepted:
-        a job whose result was just answered never shows as running."""
-        settled = await self._recorder.ask(Settled())
+        """Wait (briefly) until the history holds every submit this plane answered and every
+        outcome the Recorder has accepted: a job just submitted is shown, and a job whose
+        result was just answered never shows as running."""
+        flushed = self._outbox.flushed()
         try:
             async with asyncio.timeout(CATCH_UP_S):
-                await settled
+                if seq := await flushed:
+                    await (await self._recorder.ask(WaitRecorded(seq)))
+                await (await self._recorder.ask(Settled()))
         except TimeoutError:
-            settled.cancel()
+            pass  # the history as it stands
 
     async def _record(self, namespace: str, job_id: str) -> JobRecord:
         await self._settled()

@@ -4,6 +4,8 @@ runtime       an actor Runtime, shut down at teardown (every actor stopped)
 bus           an InMemoryBus (its ``nudges``, ``controls`` and ``events`` record the sends)
 store         an InMemoryStore holding the namespace ``default``
 registry      a WorkerRegistry on ``store``
+outbox        an Outbox publishing the submits' events on ``bus`` (``await
+              published(outbox, bus)`` reads them once it is flushed)
 spawn_queue   ``await spawn_queue(name, **row_fields)``: insert a queue row and spawn its
               QueueActor (the directory's job in production)
 directory     a QueueDirectory on ``runtime``
@@ -21,6 +23,7 @@ import pytest
 from lakeshore.actors.base import ActorRef, Runtime
 from lakeshore.actors.directory import DirectoryMsg, QueueDirectory
 from lakeshore.actors.launcher import Launcher, LauncherMsg, exit_reporter
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import QueueActor, QueueMsg
 from lakeshore.actors.workers import WorkerMsg, WorkerRegistry
 from lakeshore.bus.memory import InMemoryBus
@@ -62,23 +65,43 @@ async def registry(runtime: Runtime, store: InMemoryStore) -> ActorRef[WorkerMsg
 
 
 @pytest.fixture
+async def outbox(bus: InMemoryBus) -> AsyncIterator[Outbox]:
+    box = Outbox(bus)
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+@pytest.fixture
 def spawn_queue(
-    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+    runtime: Runtime,
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
+    outbox: Outbox,
 ) -> SpawnQueue:
     async def spawn(name: str = "q", **fields: Any) -> ActorRef[QueueMsg]:
         ts = now()
         row = Queue(name=name, namespace=NS, created_at=ts, updated_at=ts, **fields)
         await store.insert_queue(row)
-        return await runtime.spawn(QueueActor(NS, name, store=store, bus=bus, workers=registry))
+        actor = QueueActor(NS, name, store=store, bus=bus, workers=registry, outbox=outbox)
+        return await runtime.spawn(actor)
 
     return spawn
 
 
 @pytest.fixture
 async def directory(
-    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+    runtime: Runtime,
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
+    outbox: Outbox,
 ) -> ActorRef[DirectoryMsg]:
-    return await runtime.spawn(QueueDirectory(runtime, store=store, bus=bus, workers=registry))
+    return await runtime.spawn(
+        QueueDirectory(runtime, store=store, bus=bus, workers=registry, outbox=outbox)
+    )
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.workers import WorkerMsg, WorkerRegistry
 from lakeshore.bus import codec
 from lakeshore.bus.memory import InMemoryBus
@@ -95,8 +96,12 @@ def event(
     )
 
 
-def published(bus: InMemoryBus, type_: EventType | None = None) -> list[InvocationEvent]:
-    """Every invocation event published on the bus, in order (of one type if given)."""
+async def published(
+    outbox: Outbox, bus: InMemoryBus, type_: EventType | None = None
+) -> list[InvocationEvent]:
+    """Every invocation event published on the bus once ``outbox`` has published what was put
+    in it, in order (of one type if given)."""
+    await settle(outbox.flushed())
     return [
         ev for _, _, batch in bus.events for ev in batch.events if type_ is None or ev.type is type_
     ]

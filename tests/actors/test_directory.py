@@ -18,6 +18,7 @@ from lakeshore.actors.directory import (
     QueueDirectory,
     RemoveQueue,
 )
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import GetQueue, Submit
 from lakeshore.actors.workers import Register, WorkerMsg
 from lakeshore.bus.memory import InMemoryBus
@@ -187,6 +188,7 @@ async def test_remove_refuses_the_default_queue_and_unknown_ones(
 
 
 async def test_a_new_directory_rebuilds_its_queues_from_the_store(
+    outbox: Outbox,
     runtime: Runtime,
     directory: ActorRef[DirectoryMsg],
     store: InMemoryStore,
@@ -196,7 +198,9 @@ async def test_a_new_directory_rebuilds_its_queues_from_the_store(
     await create(directory, "a")
     await create(directory, "b", max_depth=7)
     await runtime.stop(directory)
-    again = await runtime.spawn(QueueDirectory(runtime, store=store, bus=bus, workers=registry))
+    again = await runtime.spawn(
+        QueueDirectory(runtime, store=store, bus=bus, workers=registry, outbox=outbox)
+    )
     ref = await again.ask(Lookup(NS, "b"))
     assert (await ref.ask(GetQueue())).max_depth == 7
     await again.ask(Lookup(NS, "a"))
@@ -205,6 +209,7 @@ async def test_a_new_directory_rebuilds_its_queues_from_the_store(
 
 
 async def test_a_rebuild_starts_many_queues_side_by_side_each_with_its_own_row(
+    outbox: Outbox,
     runtime: Runtime,
     directory: ActorRef[DirectoryMsg],
     store: InMemoryStore,
@@ -226,7 +231,9 @@ async def test_a_rebuild_starts_many_queues_side_by_side_each_with_its_own_row(
         return await get_queue(namespace, name)
 
     monkeypatch.setattr(store, "get_queue", counted)
-    again = await runtime.spawn(QueueDirectory(runtime, store=store, bus=bus, workers=registry))
+    again = await runtime.spawn(
+        QueueDirectory(runtime, store=store, bus=bus, workers=registry, outbox=outbox)
+    )
     assert reads == 0  # the rows read for the rebuild are handed to the actors
     for i, name in enumerate(names):
         row = await (await again.ask(Lookup(NS, name))).ask(GetQueue())
@@ -262,6 +269,7 @@ async def test_a_crash_restart_reconciles_with_the_store_and_keeps_the_other_que
 
 
 async def test_a_queue_whose_actor_could_not_start_is_started_on_first_lookup(
+    outbox: Outbox,
     runtime: Runtime,
     store: InMemoryStore,
     bus: InMemoryBus,
@@ -274,7 +282,7 @@ async def test_a_queue_whose_actor_could_not_start_is_started_on_first_lookup(
     fail_once(bus, "ensure_queue", Unavailable("nats did not answer"))  # a's stream
     with caplog.at_level(logging.WARNING, logger=directory_module.__name__):
         directory = await runtime.spawn(
-            QueueDirectory(runtime, store=store, bus=bus, workers=registry)
+            QueueDirectory(runtime, store=store, bus=bus, workers=registry, outbox=outbox)
         )
     assert "queue default/a not started (retried on first use)" in caplog.text
     assert (await (await directory.ask(Lookup(NS, "b"))).ask(GetQueue())).name == "b"
@@ -298,12 +306,18 @@ async def test_a_queue_recreated_with_a_deleted_ones_name_forgets_its_keys(
 
 
 async def test_the_directory_forgets_expired_idempotency_keys_when_it_starts(
-    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+    outbox: Outbox,
+    runtime: Runtime,
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
 ) -> None:
     entry = StoredKey(invocation_id="0190aaaa-0000-7000-8000-000000000000", digest="d")
     await store.put_keys(NS, "q", {"old": entry}, ago(120))
     await store.put_keys(NS, "q", {"new": entry}, ago(10))
     await runtime.spawn(
-        QueueDirectory(runtime, store=store, bus=bus, workers=registry, key_ttl_s=60.0)
+        QueueDirectory(
+            runtime, store=store, bus=bus, workers=registry, outbox=outbox, key_ttl_s=60.0
+        )
     )
     assert list(await store.get_keys(NS, "q", ["old", "new"], ago(3600))) == ["new"]

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from lakeshore.actors.base import ActorRef, Runtime
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import (
     CancelPending,
     CountWaiting,
@@ -95,10 +96,16 @@ async def test_get_queue_answers_the_stored_row(
 
 
 async def test_a_queue_without_a_row_cannot_start(
-    runtime: Runtime, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+    outbox: Outbox,
+    runtime: Runtime,
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
 ) -> None:
     with pytest.raises(RuntimeError, match="has no row"):
-        await runtime.spawn(QueueActor(NS, "ghost", store=store, bus=bus, workers=registry))
+        await runtime.spawn(
+            QueueActor(NS, "ghost", store=store, bus=bus, workers=registry, outbox=outbox)
+        )
 
 
 async def test_a_patch_is_written_and_recorded_with_its_actor_and_a_no_op_is_not(
@@ -203,13 +210,13 @@ async def test_transitions_are_written_recorded_and_a_repeat_is_a_no_op(
 
 @pytest.mark.parametrize("verb", ["drain", "archive"])
 async def test_a_queue_that_stopped_admitting_refuses_submits_until_unarchived(
-    spawn_queue: SpawnQueue, bus: InMemoryBus, verb: str
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus, verb: str
 ) -> None:
     ref = await spawn_queue("q")
     await ref.ask(Transition(verb, None))
     with pytest.raises(WrongState, match="cannot accept submissions; unarchive it"):
         await ref.ask(Submit([call()], actor=None))
-    assert published(bus) == [] and bus.nudges == []
+    assert await published(outbox, bus) == [] and bus.nudges == []
     await ref.ask(Transition("unarchive", None))
     assert len((await submit(ref, call())).ids) == 1
 
@@ -231,12 +238,13 @@ async def test_the_default_queue_cannot_be_archived_or_deleted(
 
 
 async def test_a_submit_is_stored_announced_with_its_seqs_and_nudged_once(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q")
     answer = await submit(ref, call(0), call(1, max_attempts=3))
     assert (answer.queue, answer.namespace, answer.duplicates) == ("q", NS, [])
     assert answer.ids == sorted(answer.ids)  # time-ordered
+    await settle(outbox.flushed())
     [(ns, queue, batch)] = bus.events  # one event batch for the whole submit
     assert (ns, queue) == (NS, "q")
     assert [e.type for e in batch.events] == [EventType.SUBMITTED] * 2
@@ -249,13 +257,17 @@ async def test_a_submit_is_stored_announced_with_its_seqs_and_nudged_once(
 
 
 async def test_every_admitted_submit_nudges_its_queue(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q")
     for n in range(3):
         await submit(ref, call(n))
     assert bus.nudges == [(NS, "q")] * 3
-    assert [(e.detail or {})["seq"] for e in published(bus, EventType.SUBMITTED)] == [1, 2, 3]
+    assert [(e.detail or {})["seq"] for e in await published(outbox, bus, EventType.SUBMITTED)] == [
+        1,
+        2,
+        3,
+    ]
 
 
 async def test_a_priority_invocation_is_stored_on_its_level(
@@ -269,21 +281,22 @@ async def test_a_priority_invocation_is_stored_on_its_level(
 
 
 async def test_an_idempotent_resubmit_answers_the_same_id_as_a_duplicate(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q")
     first = await submit(ref, call(0, idempotency_key="nightly-1"))
     again = await submit(ref, call(0, idempotency_key="nightly-1"), call(1))
     assert again.ids[0] == first.ids[0]
     assert again.duplicates == first.ids
-    # Not recorded yet (no Recorder here): the retry announces its invocation again, in
-    # case its first submit died before its events went out; nothing is stored twice.
-    announced = [e.invocation_id for e in published(bus, EventType.SUBMITTED)]
-    assert announced == [first.ids[0], first.ids[0], again.ids[1]]
+    # Nothing is stored or announced twice: the first submit's message is recorded by its
+    # outbox, its claim, or a new term's look at the stream.
+    announced = [e.invocation_id for e in await published(outbox, bus, EventType.SUBMITTED)]
+    assert announced == [first.ids[0], again.ids[1]]
     assert stored_ids(bus, "q") == [first.ids[0], again.ids[1]]
 
 
 async def test_an_idempotent_resubmit_after_a_restart_answers_the_first_id(
+    outbox: Outbox,
     runtime: Runtime,
     spawn_queue: SpawnQueue,
     store: InMemoryStore,
@@ -293,11 +306,15 @@ async def test_an_idempotent_resubmit_after_a_restart_answers_the_first_id(
     ref = await spawn_queue("q")
     first = await submit(ref, call(0, idempotency_key="nightly-1"))
     await runtime.stop(ref)
-    ref = await runtime.spawn(QueueActor(NS, "q", store=store, bus=bus, workers=registry))
+    ref = await runtime.spawn(
+        QueueActor(NS, "q", store=store, bus=bus, workers=registry, outbox=outbox)
+    )
     again = await submit(ref, call(0, idempotency_key="nightly-1"))
     assert again.ids == first.ids  # the key is durable: the same invocation
     assert again.duplicates == first.ids
-    assert {e.invocation_id for e in published(bus, EventType.SUBMITTED)} == set(first.ids)
+    assert {e.invocation_id for e in await published(outbox, bus, EventType.SUBMITTED)} == set(
+        first.ids
+    )
     assert stored_ids(bus, "q") == first.ids
 
 
@@ -328,16 +345,20 @@ async def test_a_recorded_invocation_is_not_published_again_after_the_duplicate_
 ) -> None:
     clock = [0.0]
     bus = InMemoryBus(clock=lambda: clock[0])
+    outbox = Outbox(bus)  # on this bus
     ts = now()
     await store.insert_queue(Queue(name="q", namespace=NS, created_at=ts, updated_at=ts))
-    ref = await runtime.spawn(QueueActor(NS, "q", store=store, bus=bus, workers=registry))
+    ref = await runtime.spawn(
+        QueueActor(NS, "q", store=store, bus=bus, workers=registry, outbox=outbox)
+    )
     [inv] = (await submit(ref, call(0, idempotency_key="k"))).ids
-    await store.append_invocation_events(published(bus))  # what the Recorder does
+    await store.append_invocation_events(await published(outbox, bus))  # what the Recorder does
     clock[0] += DUPLICATE_WINDOW_S + 1  # the stream forgot the message id
     again = await submit(ref, call(0, idempotency_key="k"))
     assert (again.ids, again.duplicates) == ([inv], [inv])
     assert stored_ids(bus, "q") == [inv]
-    assert len(published(bus, EventType.SUBMITTED)) == 1
+    assert len(await published(outbox, bus, EventType.SUBMITTED)) == 1
+    await outbox.close()
 
 
 async def test_a_key_older_than_its_ttl_names_nothing(
@@ -345,9 +366,12 @@ async def test_a_key_older_than_its_ttl_names_nothing(
 ) -> None:
     clock = [0.0]
     bus = InMemoryBus(clock=lambda: clock[0])
+    outbox = Outbox(bus)  # on this bus
     ts = now()
     await store.insert_queue(Queue(name="q", namespace=NS, created_at=ts, updated_at=ts))
-    actor = QueueActor(NS, "q", store=store, bus=bus, workers=registry, key_ttl_s=60.0)
+    actor = QueueActor(
+        NS, "q", store=store, bus=bus, workers=registry, outbox=outbox, key_ttl_s=60.0
+    )
     ref = await runtime.spawn(actor)
     [first] = (await submit(ref, call(0, idempotency_key="k"))).ids
     [entry] = (await store.get_keys(NS, "q", ["k"], ago(3600))).values()
@@ -376,6 +400,7 @@ async def test_a_key_older_than_its_ttl_names_nothing(
     ],
 )
 async def test_a_bad_submit_is_refused_whole_and_admits_nothing(
+    outbox: Outbox,
     spawn_queue: SpawnQueue,
     bus: InMemoryBus,
     specs: list[InvocationSubmit],
@@ -386,49 +411,52 @@ async def test_a_bad_submit_is_refused_whole_and_admits_nothing(
     with pytest.raises(error, match=says):
         await ref.ask(Submit(specs, actor=None))
     assert stored_ids(bus, "q") == []
-    assert bus.events == [] and bus.nudges == []
+    assert await published(outbox, bus) == [] and bus.nudges == []
+    await outbox.close()
 
 
 async def test_a_full_reject_queue_answers_queue_full_and_publishes_nothing(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=1, on_full=OnFull.REJECT)
     [first] = (await submit(ref, call(0))).ids
     with pytest.raises(QueueFull, match="queue 'q' is full: max_depth 1 reached") as refused:
         await ref.ask(Submit([call(1)], actor=None))
     assert (refused.value.code, refused.value.http_status) == ("queue_full", 429)
-    assert [e.invocation_id for e in published(bus)] == [first]
+    assert [e.invocation_id for e in await published(outbox, bus)] == [first]
     assert bus.nudges == [(NS, "q")]
     assert stored_ids(bus, "q") == [first]
 
 
 async def test_a_reject_batch_keeps_its_first_items_and_says_how_many(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=2)
     with pytest.raises(QueueFull, match="the first 2 of 3 were admitted"):
         await ref.ask(Submit([call(0), call(1), call(2)], actor=None))
     stored = stored_ids(bus, "q")
     assert len(stored) == 2
-    assert [e.invocation_id for e in published(bus, EventType.SUBMITTED)] == stored
+    assert [e.invocation_id for e in await published(outbox, bus, EventType.SUBMITTED)] == stored
 
 
 async def test_drop_oldest_evicts_the_oldest_pending_and_records_it_dropped(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=2, on_full=OnFull.DROP_OLDEST)
     [a, b] = (await submit(ref, call(0), call(1))).ids
     [(_, running)] = bus.claim(NS, "q", 0, 1)  # a daemon runs a
     [c] = (await submit(ref, call(2))).ids
-    [dropped] = published(bus, EventType.DROPPED)
+    [dropped] = await published(outbox, bus, EventType.DROPPED)
     assert dropped.invocation_id == b  # the oldest *pending*, not the running a
     record = dropped.detail.pop("submission")  # the drop may be all the history hears of it
     assert dropped.detail == {"seq": 2, "reason": "on_full drop_oldest"}
-    [submitted_b] = [e for e in published(bus, EventType.SUBMITTED) if e.invocation_id == b]
+    [submitted_b] = [
+        e for e in await published(outbox, bus, EventType.SUBMITTED) if e.invocation_id == b
+    ]
     assert record == submitted_b.detail, "what the submit's own event recorded"
     # the eviction is published with the submit that caused it, before its submitted event
-    _, _, last = bus.events[-1]
-    assert [(e.type, e.invocation_id) for e in last.events] == [
+    *_, drop, last = await published(outbox, bus)
+    assert [(e.type, e.invocation_id) for e in (drop, last)] == [
         (EventType.DROPPED, b),
         (EventType.SUBMITTED, c),
     ]
@@ -439,14 +467,14 @@ async def test_drop_oldest_evicts_the_oldest_pending_and_records_it_dropped(
 
 
 async def test_drop_oldest_never_drops_running_work(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=2, on_full=OnFull.DROP_OLDEST)
     await submit(ref, call(0), call(1))
     assert len(bus.claim(NS, "q", 0, 2)) == 2  # both run
     with pytest.raises(QueueFull, match="every stored invocation is running"):
         await ref.ask(Submit([call(2)], actor=None))
-    assert published(bus, EventType.DROPPED) == []
+    assert await published(outbox, bus, EventType.DROPPED) == []
     assert (await bus.queue_counts(NS, "q", levels=1)).running == 2
 
 
@@ -467,16 +495,16 @@ async def test_a_scaled_queue_does_not_warn_about_members(spawn_queue: SpawnQueu
 
 
 async def test_cancel_pending_removes_the_message_and_announces_it(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q")
     [inv] = (await submit(ref, call())).ids
-    [sub] = published(bus, EventType.SUBMITTED)
+    [sub] = await published(outbox, bus, EventType.SUBMITTED)
     seq = (sub.detail or {})["seq"]
     assert await ref.ask(CancelPending(invocation_id=inv, seq=seq, actor="tok-1")) is True
     assert stored_ids(bus, "q") == []
     assert await ref.ask(CancelPending(invocation_id=inv, seq=seq, actor="tok-1")) is False
-    cancels = published(bus, EventType.CANCELLED)
+    cancels = await published(outbox, bus, EventType.CANCELLED)
     assert [(e.invocation_id, e.epoch) for e in cancels] == [(inv, None)] * 2
     assert [e.detail for e in cancels] == [
         {"seq": seq, "by": "tok-1", "removed": True},
@@ -501,7 +529,11 @@ async def test_delete_is_refused_while_the_queue_has_members(
 
 
 async def test_a_forced_delete_scrubs_members_and_removes_row_and_stream(
-    spawn_queue: SpawnQueue, store: InMemoryStore, bus: InMemoryBus, registry: ActorRef[WorkerMsg]
+    outbox: Outbox,
+    spawn_queue: SpawnQueue,
+    store: InMemoryStore,
+    bus: InMemoryBus,
+    registry: ActorRef[WorkerMsg],
 ) -> None:
     ref = await spawn_queue("q")
     wid = await member(registry, "d1", "q", "other")
@@ -519,11 +551,13 @@ async def test_a_forced_delete_scrubs_members_and_removes_row_and_stream(
     assert (deleted.detail["scrubbed"], deleted.detail["force"]) == (["d1"], True)
     assert (deleted.detail["before"]["name"], deleted.detail["cancelled"]) == ("q", 1)
     # the pending invocation is recorded cancelled; the running one finishes on its daemon
-    [cancelled] = published(bus, EventType.CANCELLED)
+    [cancelled] = await published(outbox, bus, EventType.CANCELLED)
     assert cancelled.invocation_id == pending != running
     record = cancelled.detail.pop("submission")  # as its submit's own event recorded it
     assert cancelled.detail == {"seq": 2, "by": "tok-1", "reason": "queue_deleted"}
-    [submitted] = [e for e in published(bus, EventType.SUBMITTED) if e.invocation_id == pending]
+    [submitted] = [
+        e for e in await published(outbox, bus, EventType.SUBMITTED) if e.invocation_id == pending
+    ]
     assert record == submitted.detail
 
 
@@ -573,28 +607,21 @@ async def test_a_patch_reaching_a_deleted_queues_actor_recreates_no_stream(
         bus.claim(NS, "q", 0, 1)  # the deleted queue's stream is still gone
 
 
-async def test_a_submit_whose_events_cannot_be_recorded_is_taken_back(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+@pytest.mark.parametrize(
+    "failure",
+    [InsufficientStorage("record events", "the store is full"), Unavailable("NATS did not answer")],
+)
+async def test_a_submit_is_answered_once_stored_and_its_events_follow_when_they_can(
+    failure: LakeshoreError, outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
-    # Admitted without a record would run unseen: the submit is refused and leaves nothing.
+    # The answer waits for the work alone: events the bus refuses for a while (its store
+    # full, NATS silent) are published again until they are stored, nothing taken back.
     ref = await spawn_queue("q")
-    fail_once(bus, "publish_events", InsufficientStorage("record events", "the store is full"))
-    with pytest.raises(InsufficientStorage, match="the store is full"):
-        await submit(ref, call(0, idempotency_key="k"), call(1))
+    fail_once(bus, "publish_events", failure)
+    answer = await submit(ref, call(0, idempotency_key="k"), call(1))
+    assert stored_ids(bus, "q") == answer.ids
+    announced = await published(outbox, bus, EventType.SUBMITTED)
+    assert [e.invocation_id for e in announced] == answer.ids
     again = await submit(ref, call(0, idempotency_key="k"))
-    assert again.duplicates == []  # the key was forgotten with the submit: a fresh start
-    assert stored_ids(bus, "q") == again.ids
-
-
-async def test_a_submit_whose_events_time_out_keeps_its_message(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
-) -> None:
-    # A timeout is ambiguous (the events may be stored after all): the message stays, so a
-    # record never points at nothing; the retry announces it again.
-    ref = await spawn_queue("q")
-    fail_once(bus, "publish_events", Unavailable("NATS did not answer"))
-    with pytest.raises(Unavailable):
-        await submit(ref, call(0, idempotency_key="k"))
-    again = await submit(ref, call(0, idempotency_key="k"))
-    assert again.duplicates == again.ids
-    assert stored_ids(bus, "q") == again.ids
+    assert again.duplicates == answer.ids[:1]  # the key still names the stored invocation
+    assert len(await published(outbox, bus, EventType.SUBMITTED)) == 2  # nothing again

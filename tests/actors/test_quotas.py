@@ -19,6 +19,7 @@ from lakeshore.actors.directory import (
     QueueDirectory,
     RemoveQueue,
 )
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import GetQueue, PatchQueue
 from lakeshore.actors.workers import (
     Exited,
@@ -124,13 +125,20 @@ async def registry(runtime: Runtime, store: InMemoryStore) -> ActorRef[WorkerMsg
     return await runtime.spawn(WorkerRegistry(store, quotas=LIMITS))
 
 
+async def _spawn_directory(
+    runtime: Runtime, store: InMemoryStore, registry: ActorRef[WorkerMsg], **kw: Any
+) -> ActorRef[DirectoryMsg]:
+    bus = InMemoryBus()
+    return await runtime.spawn(
+        QueueDirectory(runtime, store=store, bus=bus, workers=registry, outbox=Outbox(bus), **kw)
+    )
+
+
 @pytest.fixture
 async def directory(
     runtime: Runtime, store: InMemoryStore, registry: ActorRef[WorkerMsg]
 ) -> ActorRef[DirectoryMsg]:
-    return await runtime.spawn(
-        QueueDirectory(runtime, store=store, bus=InMemoryBus(), workers=registry, quotas=LIMITS)
-    )
+    return await _spawn_directory(runtime, store, registry, quotas=LIMITS)
 
 
 async def create(directory: ActorRef[DirectoryMsg], ns: str, name: str, **body: Any) -> Queue:
@@ -189,14 +197,10 @@ async def test_a_patch_may_not_raise_max_above_the_ceiling(
 async def test_a_max_above_a_lowered_ceiling_may_stay_or_go_down(
     runtime: Runtime, store: InMemoryStore, registry: ActorRef[WorkerMsg]
 ) -> None:
-    wide = await runtime.spawn(
-        QueueDirectory(runtime, store=store, bus=InMemoryBus(), workers=registry)
-    )
+    wide = await _spawn_directory(runtime, store, registry)
     await create(wide, "alpha", "q", elasticity={"kind": "elastic", "max": 9})
     await runtime.stop(wide)
-    narrow = await runtime.spawn(
-        QueueDirectory(runtime, store=store, bus=InMemoryBus(), workers=registry, quotas=LIMITS)
-    )
+    narrow = await _spawn_directory(runtime, store, registry, quotas=LIMITS)
     queue = await narrow.ask(Lookup("alpha", "q"))
     kept = await queue.ask(PatchQueue(QueuePatch(elasticity={"min": 2}), actor=None))
     assert (kept.elasticity.min, kept.elasticity.max) == (2, 9)

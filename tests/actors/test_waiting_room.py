@@ -10,6 +10,7 @@ import pytest
 from lakeshore.actors import waiting
 from lakeshore.actors.base import ActorRef, Runtime
 from lakeshore.actors.directory import CreateQueue, DirectoryMsg, Lookup, RemoveQueue
+from lakeshore.actors.outbox import Outbox
 from lakeshore.actors.queue import CountWaiting, GetQueue, PatchQueue, QueueMsg, Submit, Transition
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.errors import QueueFull, QueueNotFound, WrongState
@@ -51,20 +52,20 @@ def no_retries_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_a_blocked_submit_waits_while_the_queue_keeps_answering(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await blocked(spawn_queue)
     future = await wait(ref)
     assert (await ref.ask(GetQueue())).max_depth == 1
     assert await ref.ask(CountWaiting()) == 1
     assert not future.done()
-    assert len(published(bus, EventType.SUBMITTED)) == 1  # only the first submit's
+    assert len(await published(outbox, bus, EventType.SUBMITTED)) == 1  # only the first submit's
     assert bus.nudges == [(NS, "q")]
     future.cancel()  # the asker gave up: the room forgets it
 
 
 async def test_a_blocked_submit_is_let_in_by_a_patch_that_makes_room(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await blocked(spawn_queue)
     future = await wait(ref)
@@ -72,7 +73,7 @@ async def test_a_blocked_submit_is_let_in_by_a_patch_that_makes_room(
     answer = await settle(future)
     assert len(answer.ids) == 1 and answer.queue == "q"
     assert answer.ids[0] in stored_ids(bus, "q")
-    [_, admitted] = published(bus, EventType.SUBMITTED)
+    [_, admitted] = await published(outbox, bus, EventType.SUBMITTED)
     assert admitted.invocation_id == answer.ids[0]
     assert (admitted.detail or {})["seq"] == 2
     assert bus.nudges == [(NS, "q")] * 2
@@ -80,7 +81,7 @@ async def test_a_blocked_submit_is_let_in_by_a_patch_that_makes_room(
 
 
 async def test_waiting_submits_are_admitted_in_arrival_order(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await blocked(spawn_queue)
     first = await wait(ref, call(1))
@@ -93,7 +94,10 @@ async def test_waiting_submits_are_admitted_in_arrival_order(
     await ref.ask(PatchQueue(QueuePatch(max_depth=3), actor=None))
     [b] = (await settle(second)).ids
     assert stored_ids(bus, "q")[1:] == [a, b]
-    seqs = {e.invocation_id: (e.detail or {})["seq"] for e in published(bus, EventType.SUBMITTED)}
+    seqs = {
+        e.invocation_id: (e.detail or {})["seq"]
+        for e in await published(outbox, bus, EventType.SUBMITTED)
+    }
     assert seqs[a] < seqs[b]
 
 
@@ -116,19 +120,19 @@ async def test_a_new_submit_queues_behind_waiting_ones_even_when_there_is_room(
 
 
 async def test_a_wait_that_runs_out_is_refused_as_queue_full(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await blocked(spawn_queue)
     future = await wait(ref, wait_s=0.05)
     with pytest.raises(QueueFull, match="queue 'q' is full: max_depth 1 reached"):
         await settle(future)
     assert len(stored_ids(bus, "q")) == 1
-    assert len(published(bus, EventType.SUBMITTED)) == 1
+    assert len(await published(outbox, bus, EventType.SUBMITTED)) == 1
     assert await ref.ask(CountWaiting()) == 0
 
 
 async def test_a_batch_admitted_in_part_waits_for_the_rest(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=2, on_full=OnFull.BLOCK)
     future = await wait(ref, call(0), call(1), call(2))
@@ -137,19 +141,21 @@ async def test_a_batch_admitted_in_part_waits_for_the_rest(
     answer = await settle(future)
     assert len(answer.ids) == 3
     # announced together once the whole submit is in
-    assert [e.invocation_id for e in published(bus, EventType.SUBMITTED)] == answer.ids
+    assert [
+        e.invocation_id for e in await published(outbox, bus, EventType.SUBMITTED)
+    ] == answer.ids
     assert bus.nudges == [(NS, "q")]
 
 
 async def test_a_batch_whose_wait_runs_out_midway_records_what_was_admitted(
-    spawn_queue: SpawnQueue, bus: InMemoryBus
+    outbox: Outbox, spawn_queue: SpawnQueue, bus: InMemoryBus
 ) -> None:
     ref = await spawn_queue("q", max_depth=2, on_full=OnFull.BLOCK)
     future = await wait(ref, call(0), call(1), call(2), wait_s=0.05)
     with pytest.raises(QueueFull, match="the first 2 of 3 were admitted"):
         await settle(future)
     stored = stored_ids(bus, "q")
-    assert [e.invocation_id for e in published(bus, EventType.SUBMITTED)] == stored
+    assert [e.invocation_id for e in await published(outbox, bus, EventType.SUBMITTED)] == stored
     assert len(stored) == 2
 
 

@@ -260,8 +260,8 @@ async def test_a_retried_submit_is_visible_before_it_runs(point, tmp_path):
             "(202); no daemon: is the job shown pending?",
             passed=passed,
             lost=0,  # not lost: it runs once a daemon claims it (the other test)
-            note="shown pending at once (a retried key not yet recorded announces its "
-            "invocation again)"
+            note="shown pending at once (recorded by the retry's outbox or, when the first "
+            "submit's message was stored, by the restarted term's look at the queue's stream)"
             if passed
             else "not shown within 10 s",
         )

@@ -120,6 +120,11 @@ async def test_every_probe_of_another_org_and_of_a_peer_daemon_is_refused(world:
         client.errors.clear()
         await _refused(client, f"$JS.API.STREAM.MSG.GET.{subjects.STATE_STREAM}", b'{"seq":1}')
         client.errors.clear()
+        # fill the control plane's reserve in JetStream's store, or purge it
+        await _refused(client, subjects.reserve_subject(), b"\0" * 1024)
+        client.errors.clear()
+        await _refused(client, f"$JS.API.STREAM.PURGE.{subjects.RESERVE_STREAM}")
+        client.errors.clear()
         # read the victim's live logs: subscribe to them, or read them from the stream
         # through a consumer, a direct get or a message get (a peer daemon of the same
         # namespace may publish logs there, never read any)

@@ -113,6 +113,7 @@ class World:
             victim_events = await _messages(js, subjects.EVENTS_STREAM, f"ls.{NS}.evt.>")
             victim_logs = await _messages(js, subjects.LOGS_STREAM, subjects.log_put_subject(NS))
             victim_code = await _messages(js, subjects.code_stream(NS), "$O.>")
+            reserve = (await js.stream_info(subjects.RESERVE_STREAM)).state
         finally:
             await nc.close()
         workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
@@ -124,6 +125,7 @@ class World:
             "victim events": victim_events,
             "victim logs": victim_logs,
             "victim code": victim_code,
+            "the plane's reserve": (reserve.messages, reserve.last_seq),
             # a live daemon moves between idle and busy by itself; retired, stopped or lost
             # is what a probe could have caused
             "workers": sorted(
