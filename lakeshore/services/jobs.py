@@ -492,10 +492,11 @@ class JobService:
         return {w.id: w.name for w in workers}
 
     async def _known(self, namespace: str, job_id: str) -> bool:
-        """Whether the Recorder has the job in memory once it has read the events stream up to
-        now: the hot path of a result wait never queries the history."""
+        """Whether the job is known: its record is in this plane's outbox, or the Recorder has
+        it in memory once it has read the events stream up to now (the hot path of a result
+        wait never queries the history)."""
         if self._outbox.holds(namespace, job_id):
-            return True  # answered by this plane, its record on its way
+            return True
         if await self._recorder.ask(Knows(namespace, job_id)):
             return True
         await self._catch_up()
