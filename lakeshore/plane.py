@@ -79,7 +79,6 @@ from lakeshore.services.lost_runs import LostRuns
 from lakeshore.services.unrecorded import announce_in_background
 from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
-from lakeshore.store.images import EVENTS_LOG
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +255,7 @@ class ControlPlane:
             bus.nc,
             replicas=settings.replicas,
             consumer=f"{RECORDER_CONSUMER}-{replica_id}",
-            start_after=await store.log_position(EVENTS_LOG),
+            start_after=await store.events_position(),
         )
         await events.ensure()
         await _ensure(

@@ -16,7 +16,7 @@ import duckdb
 from lakeshore import fencing
 from lakeshore.fencing import Fence, Key
 from lakeshore.model import EventType, InvocationState
-from lakeshore.store import _rows
+from lakeshore.store import _rows, images
 
 Con = duckdb.DuckDBPyConnection
 
@@ -100,6 +100,21 @@ def recorded_batches(con: Con, seqs: Sequence[int]) -> set[int]:
     return {row[0] for row in con.execute(sql, [list(seqs)]).fetchall()}
 
 
+def events_position(con: Con) -> int | None:
+    """The last events-stream sequence appended to this file (``None``: never).
+
+    An append records its sequences in ``recorded_batches`` only; the position is the
+    greatest of them, folded into ``log_positions`` when they are pruned.
+    """
+    sql = "SELECT (SELECT seq FROM log_positions WHERE log = ?), max(seq) FROM recorded_batches"
+    known = [seq for seq in con.execute(sql, [images.EVENTS_LOG]).fetchone() if seq is not None]
+    return max(known) if known else None
+
+
 def prune_recorded_batches(con: Con, ack_floor: int, last_seq: int) -> None:
-    """Forget sequences that cannot be redelivered any more (acked, or of a lost stream)."""
+    """Forget sequences that cannot be redelivered any more (acked, or of a lost stream),
+    keeping the position they make (in the caller's transaction)."""
+    done = events_position(con)
+    if done is not None:
+        images.set_position(con, images.EVENTS_LOG, done)
     con.execute("DELETE FROM recorded_batches WHERE seq <= ? OR seq > ?", [ack_floor, last_seq])

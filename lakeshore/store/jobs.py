@@ -46,7 +46,7 @@ from lakeshore.model import (
     Result,
     inline_result,
 )
-from lakeshore.store import _rows, code_use, fences, images
+from lakeshore.store import _rows, code_use, fences
 from lakeshore.store import job_sql as q
 from lakeshore.store._rows import INVOCATION_EVENT_COLUMNS
 from lakeshore.store.port import JobRecord, QueueActivity
@@ -387,11 +387,9 @@ class JobQueries:
             if rows:
                 con.execute(_rows.INSERT_INVOCATION_EVENTS, _rows.invocation_columns(rows))
             if batches:
+                # Also how far the events stream is appended here (fences.events_position).
                 sql = "INSERT INTO recorded_batches SELECT unnest(?::BIGINT[])"
                 con.execute(sql, [list(batches)])
-                # How far the events stream is projected here (a rebuilt file starts at 0).
-                done = max(images.position(con, images.EVENTS_LOG) or 0, *batches)
-                images.set_position(con, images.EVENTS_LOG, done)
             return len(rows)
 
         changed = _queues_of(rows)
@@ -490,4 +488,12 @@ class JobQueries:
 
     async def prune_recorded_batches(self, ack_floor: int, last_seq: int) -> None:
         """Forget appended sequences at or below the ack floor or above the stream's end."""
-        await self._run(lambda con: fences.prune_recorded_batches(con, ack_floor, last_seq))
+        await self._run(
+            lambda con: _rows.transaction(
+                con, lambda c: fences.prune_recorded_batches(c, ack_floor, last_seq)
+            )
+        )
+
+    async def events_position(self) -> int | None:
+        """The last events-stream sequence appended to this file (``None``: never)."""
+        return await self._run(fences.events_position)

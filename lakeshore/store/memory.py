@@ -131,6 +131,7 @@ class InMemoryStore:
         #: appended invocation events, in append order, as INVOCATION_EVENT_COLUMNS tuples
         self.invocation_events: list[tuple[Any, ...]] = []
         self._batches: set[int] = set()
+        self._position = 0  # the greatest pruned sequence (fences.events_position)
         #: (namespace, queue, key) -> (what it names, when it was stored)
         self._keys: dict[tuple[str, str, str], tuple[StoredKey, datetime]] = {}
 
@@ -319,7 +320,12 @@ class InMemoryStore:
 
     async def prune_recorded_batches(self, ack_floor: int, last_seq: int) -> None:
         self._live()
+        self._position = max([self._position, *self._batches])
         self._batches = {s for s in self._batches if ack_floor < s <= last_seq}
+
+    async def events_position(self) -> int | None:
+        self._live()
+        return max([self._position, *self._batches])
 
     def _fences(self, wanted: Callable[[Key], bool]) -> dict[Key, Fence]:
         """Fences of the wanted invocations that have an accepted event."""

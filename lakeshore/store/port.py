@@ -187,6 +187,9 @@ class InvocationHistory(Protocol):
     async def prune_recorded_batches(self, ack_floor: int, last_seq: int) -> None:
         """Forget sequences at or below ``ack_floor`` or above ``last_seq``."""
 
+    async def events_position(self) -> int | None:
+        """The greatest sequence ever appended (``None``: none), pruned ones included."""
+
     async def fences(self, ids: Sequence[str]) -> dict[Key, Fence]:
         """Fences of these invocation ids (absent: never recorded)."""
 

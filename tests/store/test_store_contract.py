@@ -462,6 +462,22 @@ async def test_pruning_forgets_batches_at_or_below_the_floor_or_past_the_end(
     assert await store.recorded_batches(range(10)) == {5, 6, 7}
 
 
+async def test_the_events_position_is_the_greatest_batch_appended_pruned_or_not(
+    store: AnyStore,
+) -> None:
+    assert await store.events_position() == 0  # a fresh file
+    await store.append_invocation_events([_ev("inv-1", "submitted")], batches=[5, 3])
+    assert await store.events_position() == 5
+    await store.append_invocation_events([], batches=[4])
+    assert await store.events_position() == 5
+    await store.prune_recorded_batches(ack_floor=9, last_seq=9)  # all of them forgotten
+    assert await store.recorded_batches(range(10)) == set()
+    assert await store.events_position() == 5
+    await store.append_invocation_events([], batches=[12])
+    await store.prune_recorded_batches(ack_floor=0, last_seq=10)  # 12 is past the end
+    assert await store.events_position() == 12
+
+
 async def test_fences_follow_pending_running_succeeded_and_ignore_stale(
     store: AnyStore,
 ) -> None:
