@@ -29,8 +29,8 @@ from lakeshore.actors.compaction import Compact, keep_s
 from lakeshore.actors.controller import ControllerActor, Halt, Tick
 from lakeshore.actors.directory import QueueDirectory
 from lakeshore.actors.launcher import Launcher, exit_reporter, placement_reporter
-from lakeshore.actors.outbox import Outbox
-from lakeshore.actors.recorder import Recorder
+from lakeshore.actors.outbox import LINGER_S, Outbox
+from lakeshore.actors.recorder import Recorder, Unrecorded
 from lakeshore.actors.workers import Sweep, WorkerRegistry
 from lakeshore.bus.connection import connect_nats
 from lakeshore.bus.events import EventFeed
@@ -489,7 +489,11 @@ class ControlPlane:
         except Unavailable as e:
             log.warning("no room kept in JetStream's store for this plane's writes: %s", e)
         # Unwound after the gateway and the queues stop: their last submits' events go out.
-        outbox = Outbox(bus)
+        outbox = Outbox(
+            bus,
+            linger_s=LINGER_S,
+            unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids)),
+        )
         stack.push_async_callback(outbox.close)
         directory = await runtime.spawn(
             QueueDirectory(

@@ -114,6 +114,15 @@ def carried(inv: Invocation, seq: int, size: int) -> dict[str, Any]:
     return out
 
 
+def carried_in_full(record: dict[str, Any] | None) -> bool:
+    """Whether a claim carries this ``submitted`` record (:func:`detail`) as it is: while it
+    encodes to at most :data:`MAX_CARRIED_BYTES` and keeps a function's arguments (else the
+    claim's says ``partial``; see :func:`carried`)."""
+    if record is None or record.get("fn") is not None and "args" not in record:
+        return False
+    return len(_encode(record)) <= MAX_CARRIED_BYTES
+
+
 def from_event(ev: InvocationEvent) -> tuple[InvocationEvent, InvocationEvent | None]:
     """An event without the record it carries, and the ``submitted`` event made of that
     record (``None`` when it carries none). The record's time is the one its id carries

@@ -64,6 +64,23 @@ def test_a_claim_carries_small_arguments_and_says_when_it_left_some_out() -> Non
     assert carried["args"] == [1] and "partial" not in carried, "env values are not recorded"
 
 
+def test_a_record_is_carried_in_full_when_a_claim_would_carry_it_as_it_is() -> None:
+    def full(inv: Invocation, size: int | None = None) -> bool:
+        size = len(codec.encode(inv)) if size is None else size
+        record = submission.submitted(inv, 3, size, inv.submitted_at).detail
+        same = submission.carried(inv, 3, size) == record
+        assert submission.carried_in_full(record) is same, "as the claim's record says"
+        return same
+
+    assert full(_inv(fn="m:f", args=[1]))
+    assert full(_inv(command=["echo", "y"]))
+    assert not full(_inv(fn="m:f", args=["x" * submission.MAX_CARRIED_BYTES]))
+    assert not full(_inv(command=["echo", "y" * submission.MAX_CARRIED_BYTES]))
+    # A message over the bound of kept arguments: its record has none, the claim's says so.
+    assert not full(_inv(fn="m:f", args=[1]), size=submission.MAX_KEPT_BODY_BYTES + 1)
+    assert not submission.carried_in_full(None)
+
+
 @pytest.mark.parametrize("over", [False, True], ids=["at the bound", "far over it"])
 def test_a_daemons_batch_of_claims_carrying_the_largest_records_fits_in_one_message(over) -> None:
     # The largest message whose record is carried whole, and one far over the bound: a long

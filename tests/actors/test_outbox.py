@@ -7,10 +7,16 @@ import logging
 
 import pytest
 
+from lakeshore import submission
+from lakeshore.actors.base import Runtime
 from lakeshore.actors.outbox import Outbox
+from lakeshore.actors.recorder import Recorder, Unrecorded, WaitRecorded
+from lakeshore.bus import codec
 from lakeshore.bus.memory import InMemoryBus
 from lakeshore.errors import InsufficientStorage, Unavailable
-from lakeshore.model import EventBatch, EventType, InvocationEvent
+from lakeshore.ids import new_id
+from lakeshore.model import EventBatch, EventType, Invocation, InvocationEvent, now
+from lakeshore.store.memory import InMemoryStore
 
 from .support import NS, event, fail_once, settle
 
@@ -129,3 +135,72 @@ async def test_a_close_on_a_bus_that_takes_nothing_gives_up_after_its_bound(
         await settle(box.close(timeout_s=0.05))
     assert bus.events == []
     assert "2 event(s) not published before the stop" in caplog.text
+
+
+# ---- a claim that came first -------------------------------------------------------------
+
+
+def stored(**fields: object) -> tuple[InvocationEvent, InvocationEvent]:
+    """An invocation stored at sequence 7: its ``submitted`` event (the intake's) and the
+    ``claimed`` event of a daemon that took it (carrying the record, as daemons do)."""
+    inv = Invocation(id=new_id(), namespace=NS, queue="q", submitted_at=now(), **fields)
+    size = len(codec.encode(inv))
+    claim = event(inv.id, EventType.CLAIMED, 1)
+    claim = InvocationEvent(
+        **{f: getattr(claim, f) for f in claim.__struct_fields__ if f != "detail"},
+        detail={submission.CARRIED: submission.carried(inv, 7, size)},
+    )
+    return submission.submitted(inv, 7, size, now()), claim
+
+
+async def test_a_submitted_event_whose_claim_was_recorded_first_is_not_published(
+    runtime: Runtime, store: InMemoryStore
+) -> None:
+    bus = InMemoryBus()
+    recorder = await runtime.spawn(Recorder(store, bus.feed()))
+    box = Outbox(bus, linger_s=30.0, unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids)))
+    small, small_claim = stored(fn="m:f", args=[1])
+    big, big_claim = stored(command=["echo", "y" * submission.MAX_CARRIED_BYTES])
+    waiting, _ = stored(fn="m:f", args=[2])  # not claimed yet
+    box.put(NS, "q", [small, big, waiting])
+    # The daemons' claims are recorded while the outbox lingers.
+    seq = await bus.publish_events(NS, "q", EventBatch(events=[small_claim, big_claim]))
+    await settle(await recorder.ask(WaitRecorded(seq)))
+    last = await settle(box.flushed())  # a read that waits does not wait for the linger
+    published = [(e.invocation_id, e.type) for _, _, b in bus.events[1:] for e in b.events]
+    assert published == [(big.invocation_id, "submitted"), (waiting.invocation_id, "submitted")]
+    assert box.skipped == 1 and box.backlog == 0 and not box.holds(NS, small.invocation_id)
+    await settle(await recorder.ask(WaitRecorded(last)))
+    # Each invocation is recorded submitted once; the first's record made from its claim.
+    rows = [(r[2], r[4], r[8]) for r in store.invocation_events if r[4] == "submitted"]
+    by_id = {inv: detail for inv, _, detail in rows}
+    assert len(rows) == 3 and set(by_id) == {small.invocation_id, big.invocation_id,
+                                             waiting.invocation_id}  # fmt: skip
+    assert by_id[small.invocation_id] == {**small.detail, "recorded_from": "claim"}
+    await box.close()
+
+
+async def test_what_is_put_is_published_after_the_linger_without_anyone_waiting() -> None:
+    bus = InMemoryBus()
+    box = Outbox(bus, linger_s=0.01)
+    box.put(NS, "q", [submitted("a")])
+    assert bus.events == []  # lingering
+    await until(lambda: len(bus.events) == 1)
+    assert box.backlog == 0
+    await box.close()
+
+
+async def test_every_event_is_published_when_the_recorder_cannot_say(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def unavailable(ns: str, ids: list[str]) -> list[str]:
+        raise Unavailable("the Recorder did not answer in time")
+
+    bus = InMemoryBus()
+    box = Outbox(bus, unrecorded=unavailable)
+    small, _ = stored(fn="m:f", args=[1])
+    box.put(NS, "q", [small])
+    await settle(box.flushed())
+    assert [e.invocation_id for _, _, b in bus.events for e in b.events] == [small.invocation_id]
+    assert box.skipped == 0
+    await box.close()
