@@ -518,26 +518,32 @@ class ControlPlane:
             retention_s=settings.code_retention_days * 86400.0,
         )
         stack.push_async_callback(Retention(code, settings.code_prune_every_s).close)
+        jobs = JobService(
+            store=store,
+            results=events,
+            bus=bus,
+            directory=directory,
+            workers=workers,
+            controller=controller,
+            recorder=recorder,
+            outbox=outbox,
+            ask_timeout_s=settings.ask_timeout_s,
+            metrics=metrics.invocations,
+            quotas=settings.quotas,
+            lost_after_s=settings.lost_after_s,
+            code=code,
+        )
         services = Services(
             access=gate,
             code=code,
-            jobs=JobService(
+            jobs=jobs,
+            queues=QueueService(
                 store=store,
-                results=events,
                 bus=bus,
                 directory=directory,
                 workers=workers,
-                controller=controller,
-                recorder=recorder,
-                outbox=outbox,
-                ask_timeout_s=settings.ask_timeout_s,
-                metrics=metrics.invocations,
-                quotas=settings.quotas,
-                lost_after_s=settings.lost_after_s,
+                settled=jobs.settled,
                 code=code,
-            ),
-            queues=QueueService(
-                store=store, bus=bus, directory=directory, workers=workers, code=code
             ),
             fleet=FleetService(
                 store=store,
@@ -549,7 +555,7 @@ class ControlPlane:
                 quotas=settings.quotas,
             ),
             problems=lambda: _problems(bus, runtime, replica.runtime),
-            history=HistoryService(store=store, directory=directory),
+            history=HistoryService(store=store, directory=directory, settled=jobs.settled),
             backup=BackupService(store=store, events=events, streams=(EVENTS_STREAM, STATE_STREAM)),
             replica=lambda: (epoch, replica.store.state_position),
         )

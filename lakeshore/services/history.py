@@ -17,6 +17,7 @@ from lakeshore.actors.queue import GetQueue
 from lakeshore.errors import Invalid
 from lakeshore.model import now
 from lakeshore.model.history import QueueHistory
+from lakeshore.services.queues import Settled
 from lakeshore.store import Store
 from lakeshore.store.history import bucket_start
 
@@ -41,8 +42,8 @@ class HistoryService:
     directory: the queues' directory (an unknown queue is a 404).
     """
 
-    def __init__(self, *, store: Store, directory: ActorRef[Any]) -> None:
-        self._store, self._directory = store, directory
+    def __init__(self, *, store: Store, directory: ActorRef[Any], settled: Settled) -> None:
+        self._store, self._directory, self._settled = store, directory, settled
 
     async def queue_history(
         self, namespace: str, name: str, since_s: float, every_s: float
@@ -63,6 +64,7 @@ class HistoryService:
             )
         ref = await self._directory.ask(Lookup(namespace, name))
         row = await ref.ask(GetQueue())
+        await self._settled()
         points = await self._store.queue_history(namespace, row.name, since, until, every_s)
         return QueueHistory(queue=row.name, namespace=namespace, every_s=every_s, points=points)
 
@@ -74,6 +76,7 @@ class HistoryService:
         # A directory of the server user's alone (0700): the events name jobs and workers.
         path = Path(tempfile.mkdtemp(prefix="lakeshore-export-")) / "history.parquet"
         try:
+            await self._settled()
             rows = await self._store.export_history(namespace, queue, since, path)
         except BaseException:
             shutil.rmtree(path.parent, ignore_errors=True)

@@ -215,7 +215,7 @@ class JobService:
     ) -> list[Job]:
         """Jobs newest first; pending ones carry their ``pending_reason``, and each one its
         ``worker_name`` while that worker's row exists."""
-        await self._settled()
+        await self.settled()
         jobs = await self._store.list_jobs(
             namespace, queue=queue, state=state, limit=limit, after=after
         )
@@ -511,7 +511,7 @@ class JobService:
         except TimeoutError:
             recorded.cancel()
 
-    async def _settled(self) -> None:
+    async def settled(self) -> None:
         """Wait (briefly) until the history holds every submit this plane answered and every
         outcome the Recorder has accepted: a job just submitted is shown, and a job whose
         result was just answered never shows as running."""
@@ -525,7 +525,7 @@ class JobService:
             pass  # the history as it stands
 
     async def _record(self, namespace: str, job_id: str) -> JobRecord:
-        await self._settled()
+        await self.settled()
         record = await self._store.get_job(namespace, job_id)
         if record is None:
             await self._catch_up()

@@ -7,6 +7,7 @@ stats from JetStream counts and recorded history).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -41,6 +42,10 @@ from lakeshore.services.code import require as require_code
 from lakeshore.store import Store
 from lakeshore.store.port import QueueActivity
 
+#: Waits (briefly) until the history holds what this plane answered
+#: (:meth:`lakeshore.services.jobs.JobService.settled`).
+Settled = Callable[[], Awaitable[None]]
+
 #: Stats count submissions, outcomes and waits over this recent window (spec/api.md).
 STATS_WINDOW = timedelta(minutes=5)
 
@@ -67,11 +72,12 @@ class QueueService:
         bus: Bus,
         directory: ActorRef[Any],
         workers: ActorRef[Any],
+        settled: Settled,
         code: CodeService | None = None,
     ) -> None:
         self._store, self._bus = store, bus
         self._directory, self._workers = directory, workers
-        self._code = code
+        self._settled, self._code = settled, code
 
     async def create(self, namespace: str, body: QueueCreate, actor: str | None) -> Queue:
         _check_defaults(body.defaults)
@@ -185,6 +191,7 @@ class QueueService:
         # A stream that holds nothing has nothing pending to age: the history's search for
         # the oldest pending invocation (an aggregate over the queue's unfinished ones) is
         # skipped, as the counts above come from JetStream too.
+        await self._settled()
         recent = await self._store.queue_activity(
             namespace, row.name, at - STATS_WINDOW, unfinished=counts.depth > 0
         )

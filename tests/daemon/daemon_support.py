@@ -15,6 +15,7 @@ import nats.js.errors
 from polling import eventually
 from support import Api
 
+from lakeshore import submission
 from lakeshore.bus import codec, subjects
 from lakeshore.daemon import DaemonSettings, Running, run_daemon
 from lakeshore.model import (
@@ -62,7 +63,18 @@ class EventLog:
         return [e for e in self.events if e.type is type_ and queue in (None, e.queue)]
 
     def for_id(self, invocation_id: str) -> list[EventType]:
-        return [e.type for e in self.events if e.invocation_id == invocation_id]
+        """The types of an invocation's events as its history records them: a claim that
+        carries the submission's record makes its ``submitted`` event when none came
+        before (the control plane leaves its own out behind such a claim); one each."""
+        out: list[EventType] = []
+        for e in self.events:
+            if e.invocation_id != invocation_id:
+                continue
+            bare, made = submission.from_event(e)
+            for ev in (made, bare):
+                if ev is not None and not (ev.type is EventType.SUBMITTED and ev.type in out):
+                    out.append(ev.type)
+        return out
 
     async def wait_for(
         self, done: Callable[[EventLog], bool], timeout_s: float = WAIT_S

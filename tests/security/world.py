@@ -100,6 +100,9 @@ class World:
 
     async def snapshot(self) -> dict[str, Any]:
         """Everything a probe must not change."""
+        # The API's reads first: a job listing waits for the plane's events to be published.
+        workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
+        jobs = (await self.api.get(f"/v1/namespaces/{NS}/jobs?limit=100"))[1]["jobs"]
         nc = await plane_nats(self.url)
         try:
             js = nc.jetstream()
@@ -116,8 +119,6 @@ class World:
             reserve = (await js.stream_info(subjects.RESERVE_STREAM)).state
         finally:
             await nc.close()
-        workers = (await self.api.get(f"/v1/namespaces/{NS}/workers"))[1]["workers"]
-        jobs = (await self.api.get(f"/v1/namespaces/{NS}/jobs?limit=100"))[1]["jobs"]
         return {
             "streams": streams,
             "results": results,
