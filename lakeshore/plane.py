@@ -492,7 +492,7 @@ class ControlPlane:
         outbox = Outbox(
             bus,
             linger_s=LINGER_S,
-            unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids)),
+            unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids, memory_only=True)),
         )
         stack.push_async_callback(outbox.close)
         directory = await runtime.spawn(

@@ -121,10 +121,12 @@ class CarriedResult(Struct, frozen=True):
 
 class Unrecorded(Struct, frozen=True):
     """Answered with the ids among ``ids`` (of ``namespace``) whose ``submitted`` event is
-    not recorded (asks the store for those not in memory)."""
+    not recorded (asks the store for those not in memory, unless ``memory_only``: then
+    those count as unrecorded)."""
 
     namespace: str
     ids: list[str]
+    memory_only: bool = False
 
 
 class GetStats(Struct, frozen=True):
@@ -261,8 +263,8 @@ class Recorder(Actor[RecorderMsg]):
             case CarriedResult(namespace=ns, id=inv_id, epoch=epoch):
                 carried = self._carried.get((ns, inv_id))
                 return inline_result(carried[1]) if carried and carried[0] == epoch else None
-            case Unrecorded(namespace=ns, ids=ids):
-                known = await self._known_keys({(ns, i) for i in ids})
+            case Unrecorded(namespace=ns, ids=ids, memory_only=memory_only):
+                known = await self._known_keys({(ns, i) for i in ids}, stored=not memory_only)
                 return [i for i in ids if not (f := known.get((ns, i))) or not f.submitted]
             case GetStats():
                 return self._stats()
@@ -351,8 +353,9 @@ class Recorder(Actor[RecorderMsg]):
     async def _known(self, events: list[InvocationEvent]) -> dict[Key, Fence]:
         return await self._known_keys({(ev.namespace, ev.invocation_id) for ev in events})
 
-    async def _known_keys(self, keys: set[Key]) -> dict[Key, Fence]:
-        """The fences of ``keys`` that were ever recorded: from memory, else the store."""
+    async def _known_keys(self, keys: set[Key], *, stored: bool = True) -> dict[Key, Fence]:
+        """The fences of ``keys`` that were ever recorded: from memory, else (``stored``)
+        the store."""
         known: dict[Key, Fence] = {}
         lookup: list[str] = []
         for key in keys:
@@ -361,11 +364,11 @@ class Recorder(Actor[RecorderMsg]):
                 self._finished.move_to_end(key)
             if fence is not None:
                 known[key] = fence
-            elif self._hwm is not None and key[1] <= self._hwm:
+            elif stored and self._hwm is not None and key[1] <= self._hwm:
                 lookup.append(key[1])
         if lookup:
-            stored = await self._store.fences(lookup)
-            known.update((k, f) for k, f in stored.items() if k not in known)
+            found = await self._store.fences(lookup)
+            known.update((k, f) for k, f in found.items() if k not in known)
         return known
 
     def _commit(self, fenced: fencing.Fenced) -> None:

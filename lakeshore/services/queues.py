@@ -188,10 +188,10 @@ class QueueService:
         busy = sum(1 for w in live if w.status is WorkerStatus.BUSY)
         counts = await self._bus.queue_counts(namespace, row.name, levels=levels_of(row.kind))
         at = now()
+        await self._settled()
         # A stream that holds nothing has nothing pending to age: the history's search for
         # the oldest pending invocation (an aggregate over the queue's unfinished ones) is
         # skipped, as the counts above come from JetStream too.
-        await self._settled()
         recent = await self._store.queue_activity(
             namespace, row.name, at - STATS_WINDOW, unfinished=counts.depth > 0
         )

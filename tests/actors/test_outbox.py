@@ -158,7 +158,11 @@ async def test_a_submitted_event_whose_claim_was_recorded_first_is_not_published
 ) -> None:
     bus = InMemoryBus()
     recorder = await runtime.spawn(Recorder(store, bus.feed()))
-    box = Outbox(bus, linger_s=30.0, unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids)))
+    box = Outbox(
+        bus,
+        linger_s=30.0,
+        unrecorded=lambda ns, ids: recorder.ask(Unrecorded(ns, ids, memory_only=True)),
+    )
     small, small_claim = stored(fn="m:f", args=[1])
     big, big_claim = stored(command=["echo", "y" * submission.MAX_CARRIED_BYTES])
     waiting, _ = stored(fn="m:f", args=[2])  # not claimed yet
