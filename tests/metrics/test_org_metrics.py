@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import aiohttp
 from metrics_support import parse, value
+from polling import eventually
 
 from lakeshore.metrics.view import PLANE_WIDE
 
@@ -49,7 +50,18 @@ async def test_an_org_token_sees_only_its_orgs_namespaces_and_queues(api, regist
 
 async def test_the_admin_token_sees_every_org(api, register):
     await _two_orgs(api, register)
-    samples = parse(await _text(api.base, api.token))
+
+    async def scrape():
+        return parse(await _text(api.base, api.token))
+
+    # A submit is counted once the Recorder records it: behind its answer by up to the
+    # outbox's linger (a scrape does not wait for the history, as `queues stats` does).
+    samples = await eventually(
+        scrape,
+        until=lambda s: value(s, "lakeshore_invocations_submitted_total") >= 2,
+        timeout_s=5.0,
+        what="both orgs' submits counted",
+    )
     pending = {
         (lab["namespace"], lab["queue"]) for n, lab, _ in samples if n == "lakeshore_queue_pending"
     }
