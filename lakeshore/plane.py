@@ -245,7 +245,11 @@ class ControlPlane:
         await _ensure(ensure_state_stream(js, replicas=settings.replicas), "the state stream")
         await _ensure(ensure_bucket(js, replicas=settings.replicas), "the leader lease")
         replica_id = read_replica_id(self.data_dir)
-        state = StateLog(bus.nc.jetstream(timeout=STATE_API_TIMEOUT_S), key_ttl_s=store.key_ttl_s)
+        state = StateLog(
+            bus.nc.jetstream(timeout=STATE_API_TIMEOUT_S),
+            key_ttl_s=store.key_ttl_s,
+            on_full=bus.give_up_reserve,
+        )
         projector = Projector(store, StateTail(bus.nc), js)
         await _ensure(projector.start(), "the state projector")
         stack.push_async_callback(projector.stop)
@@ -283,7 +287,7 @@ class ControlPlane:
         # second, and a lost NATS node must not hold a campaign for seconds per attempt.
         lease = Lease(
             bus.nc.jetstream(timeout=LEASE_API_TIMEOUT_S), replica_id, settings.api_url or "",
-            settings.lease_ttl_s, replicas=settings.replicas,
+            settings.lease_ttl_s, replicas=settings.replicas, on_full=bus.give_up_reserve,
         )  # fmt: skip
         self._leader_url.lease = lease
         stack.push_async_callback(self._leader_url.close)

@@ -32,6 +32,7 @@ from nats.js import api
 from nats.js import errors as jse
 
 from lakeshore.bus import subjects
+from lakeshore.bus.reserve import store_full
 from lakeshore.errors import NotLeader
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,9 @@ class Lease:
         bucket: the lease bucket (made by :func:`ensure_bucket`, and again by
             :meth:`acquire` if it was deleted).
         replicas: the bucket's replicas, should it be made again.
+        on_full: called when JetStream refuses a write of the lease because its store is
+            full (the plane gives its kept room to its own writes, the lease's renewals
+            among them: :mod:`lakeshore.bus.reserve`).
     """
 
     def __init__(
@@ -107,12 +111,13 @@ class Lease:
         *,
         bucket: str = subjects.LEASE_BUCKET,
         replicas: int = 1,
+        on_full: Callable[[], None] = lambda: None,
     ) -> None:
         if ttl_s < 1 or int(ttl_s) != ttl_s:
             raise ValueError(f"lease ttl_s must be whole seconds >= 1, got {ttl_s!r}")
         self._js = js
         self.holder_id, self.url, self.ttl_s = holder_id, url, int(ttl_s)
-        self._bucket, self._replicas = bucket, replicas
+        self._bucket, self._replicas, self._on_full = bucket, replicas, on_full
         self._stream = subjects.lease_stream(bucket)
         self._subject = subjects.lease_subject(bucket)
         self._revision: int | None = None
@@ -160,6 +165,8 @@ class Lease:
             except jse.APIError as e:
                 if is_wrong_last_sequence(e):
                     continue
+                if store_full(e):
+                    self._on_full()
                 raise
             self._revision, self._value = ack.seq, value
             return Epoch(epoch)
@@ -193,6 +200,8 @@ class Lease:
             if is_wrong_last_sequence(e):
                 self.forget()
                 raise NotLeader("the lease was lost (expired or taken)") from e
+            if store_full(e):
+                self._on_full()  # the next renewal goes into the room it frees
             raise
         self._revision = ack.seq
 

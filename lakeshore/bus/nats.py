@@ -301,7 +301,7 @@ class NatsBus:
             )
             for answer in answers:
                 if NatsErrors.store_full(answer):
-                    self._store_full()
+                    self.give_up_reserve()
                     raise NatsErrors.full(f"admit work to {namespace}/{queue}") from answer
                 if isinstance(answer, BaseException):
                     raise Unavailable(
@@ -513,9 +513,12 @@ class NatsBus:
         return sub
 
     def _errors(self, what: str) -> NatsErrors:
-        return NatsErrors(what, on_full=self._store_full)
+        return NatsErrors(what, on_full=self.give_up_reserve)
 
-    def _store_full(self) -> None:
+    def give_up_reserve(self) -> None:
+        """A write of this control plane's was refused because JetStream's store is full:
+        its kept room goes to its own writes, and work is refused until room is back (a
+        no-op outside a leader's term, which keeps no room)."""
         if self._reserve is not None:
             self._reserve.give_up()
 

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import nats.errors
@@ -101,10 +101,18 @@ class StateLog:
     Args:
         js: the control plane's JetStream context.
         key_ttl_s: TTL of idempotency key images (seconds; ``None``: none).
+        on_full: called when JetStream refuses a write because its store is full (the
+            plane gives its kept room to its own writes: :mod:`lakeshore.bus.reserve`).
     """
 
-    def __init__(self, js: JetStreamContext, *, key_ttl_s: int | None = None) -> None:
-        self._js = js
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        key_ttl_s: int | None = None,
+        on_full: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._js, self._on_full = js, on_full
         self._fenced = FencedLog(js, STATE_STREAM, subjects.STATE_EPOCH_SUBJECT, direct_reads=True)
         self._key_ttl_s = key_ttl_s
         self._epoch = 0
@@ -147,6 +155,7 @@ class StateLog:
                 raise NotLeader(e.reason, e.leader_url, landed=frozenset(landed)) from e
             except Exception as e:  # nats-py's errors have no common base
                 if NatsErrors.store_full(e):
+                    self._on_full()
                     raise NatsErrors.full("write a row to the state log") from e
                 raise Unavailable(f"the state log did not take a write: {e}") from e
             landed += indices[subject]

@@ -1,6 +1,7 @@
 """The store reserve on a real nats-server whose JetStream store is small (4 MB): the room
 it keeps is given up when the store is full — the control plane's writes go on in it and
-work is refused — and taken back once room returns."""
+work is refused — and taken back once room returns. Any of the plane's writes that is
+refused gives it up: the work and events it publishes, a state-log row, a lease renewal."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from nats.js.api import StreamConfig
 from polling import eventually
 
 from lakeshore.bus import subjects
+from lakeshore.bus.lease import Lease, ensure_bucket
 from lakeshore.bus.reserve import StoreReserve
+from lakeshore.bus.state import StateLog, ensure_state_stream
 from lakeshore.errors import InsufficientStorage
+from lakeshore.store.images import of_row
 
 SIZE = 1024 * 1024
 
@@ -98,3 +102,56 @@ async def test_a_store_full_at_start_leaves_the_reserve_out(js) -> None:
         what="the reserve put in once room came",
     )  # fmt: skip
     await reserve.close()
+
+
+async def _room_back(js, reserve: StoreReserve) -> None:
+    await js.delete_stream("FILLER")
+    await eventually(
+        lambda: reserve.out, until=lambda out: not out, timeout_s=5,
+        what="the reserve taken back",
+    )  # fmt: skip
+    await reserve.close()
+
+
+async def test_a_state_log_row_refused_for_room_gives_the_room_to_the_plane(js) -> None:
+    reserve = StoreReserve(js, size=SIZE, retry_s=0.05)
+    await reserve.arm()
+    await ensure_state_stream(js)
+    log = StateLog(js, on_full=reserve.give_up)
+    await log.begin(1)
+    row = of_row("ns", {"name": "team", "org": "acme", "created_at": None})
+    await _fill(js)
+    assert not reserve.out  # nothing of the plane's was refused yet
+    with pytest.raises(InsufficientStorage, match="state log"):
+        await log.publish([row])
+    assert reserve.out
+    with pytest.raises(InsufficientStorage):
+        reserve.check("admit work to default/q")
+    await eventually(  # the row goes into the room the filler left
+        lambda: log.publish([row]), retry_on=(InsufficientStorage,), timeout_s=5,
+        what="the row stored",
+    )  # fmt: skip
+    await _room_back(js, reserve)
+
+
+async def test_a_lease_renewal_refused_for_room_gives_the_room_to_the_plane(js) -> None:
+    reserve = StoreReserve(js, size=SIZE, retry_s=0.05)
+    await reserve.arm()
+    await ensure_bucket(js, "LT_FULL")
+    lease = Lease(js, "a", "http://a.test:8000", 5, bucket="LT_FULL", on_full=reserve.give_up)
+    assert await lease.acquire() is not None
+    held = lease.revision
+    await _fill(js)
+    with pytest.raises(jse.ServiceUnavailableError):
+        await lease.renew()
+    assert reserve.out and lease.revision == held  # still held: a later renewal may land
+
+    async def renewed() -> int | None:
+        await lease.renew()
+        return lease.revision
+
+    revision = await eventually(  # the renewal goes into the room the filler left
+        renewed, retry_on=(jse.ServiceUnavailableError,), timeout_s=5, what="the lease renewed"
+    )
+    assert revision is not None and held is not None and revision > held
+    await _room_back(js, reserve)
