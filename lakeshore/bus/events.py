@@ -72,9 +72,12 @@ async def ensure_events_stream(
     Args:
         consumer: the durable consumer's name (one per control plane: each projects the
             stream into its own file).
-        start_after: the last sequence the Recorder's file holds, when it knows it. A
-            consumer that acknowledged more than that (the file is new, or restored from
-            a backup) is made again from there, so the file gets every event it lacks.
+        start_after: the last sequence the Recorder's file holds, when it knows it (at a
+            control plane's start). A consumer that acknowledged more than that (the file
+            is new, or restored from a backup) is made again from there, so the file gets
+            every event it lacks; so is one that still holds deliveries to this plane's
+            last run (killed before it acked them), which JetStream would otherwise
+            redeliver only after ``ack_wait_s``: the history catches up at once.
     """
     cfg = StreamConfig(
         name=subjects.EVENTS_STREAM,
@@ -99,12 +102,21 @@ async def ensure_events_stream(
     except jse.NotFoundError:
         existing = None
     if existing is not None and start_after is not None:
-        if existing.ack_floor is not None and existing.ack_floor.stream_seq > start_after:
+        acked = existing.ack_floor.stream_seq if existing.ack_floor is not None else 0
+        if acked > start_after:
             log.warning(
                 "the Recorder's file holds events up to %d, its consumer %s acknowledged up "
                 "to %d: reading the events stream again from %d",
-                start_after, consumer, existing.ack_floor.stream_seq, start_after + 1,
+                start_after, consumer, acked, start_after + 1,
             )  # fmt: skip
+        elif existing.num_ack_pending:
+            log.info(
+                "the Recorder's consumer %s holds %d event message(s) delivered to this "
+                "control plane's last run and never acknowledged: reading the events stream "
+                "again from %d now rather than after their %g s ack wait",
+                consumer, existing.num_ack_pending, start_after + 1, ack_wait_s,
+            )  # fmt: skip
+        if acked > start_after or existing.num_ack_pending:
             await js.delete_consumer(cfg.name, consumer)
             existing = None
     if existing is not None:

@@ -185,6 +185,27 @@ async def test_a_redelivered_message_is_not_recorded_twice(harness: Harness) -> 
     assert await harness.types("once") == ["submitted", "claimed"]
 
 
+async def test_deliveries_a_killed_run_never_acked_are_recorded_at_once_on_restart(
+    harness: Harness,
+) -> None:
+    """A control plane killed between its fetch and its append leaves the messages
+    delivered and unacked on its consumer; the next run (its file's position known) reads
+    them again at once, not after the consumer's ack wait (30 s)."""
+    await ensure_events_stream(harness.js)
+    seq = await harness.publish(event("late", S), event("late", C, 1))
+    dead = await harness.js.pull_subscribe_bind("recorder", stream="LS_EVENTS")
+    [taken] = await dead.fetch(1, timeout=WAIT_S)  # the killed run's fetch: never acked
+    assert taken.metadata.sequence.stream == seq
+    await dead.unsubscribe()
+    assert (await harness.js.consumer_info("LS_EVENTS", "recorder")).num_ack_pending == 1
+
+    await harness.start(
+        feed=EventFeed(harness.nc, start_after=await harness.store.events_position())
+    )
+    await harness.recorded(seq)  # bounded by WAIT_S, well inside the ack wait
+    assert await harness.types("late") == ["submitted", "claimed"]
+
+
 async def test_undecodable_messages_and_foreign_events_are_dropped(harness: Harness) -> None:
     await harness.start()
     await harness.publish_raw(b"not json")
