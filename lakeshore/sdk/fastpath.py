@@ -12,8 +12,12 @@ again after :data:`RETRY_S`), when a request is larger than NATS takes, when NAT
 the subject (a namespace created after the connection was granted: the connection is
 renewed), when no gateway answers (a control plane taking over as leader: HTTP then
 follows the leader), and always with ``LAKESHORE_FAST_PATH=0``. A submit whose NATS request
-timed out is not sent again over HTTP (it may have been admitted); it raises
-:class:`~lakeshore.errors.Unavailable` as an HTTP timeout would.
+timed out is not sent again over HTTP (it may have been admitted; it raises
+:class:`~lakeshore.errors.Unavailable` as an HTTP timeout would) unless every invocation
+in it has an idempotency key: then sending it again cannot make a second one. A result
+wait not answered :data:`ANSWER_MARGIN_S` (at most the client's request timeout) after its
+``wait_s`` — the gateway answers a held wait when it ends, finished or not — was held by
+a control plane that died: it is asked again over HTTP, which rides out the restart.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ log = logging.getLogger(__name__)
 RETRY_S = 300.0
 #: Bound on reaching NATS on first use (seconds).
 CONNECT_TIMEOUT_S = 3.0
+#: A held result wait not answered this long after its ``wait_s`` is taken for lost
+#: (seconds): its control plane died holding it.
+ANSWER_MARGIN_S = 5.0
 #: The environment variable that turns the fast path off (``0``, ``false``, ``no``).
 ENV_SWITCH = "LAKESHORE_FAST_PATH"
 
@@ -102,7 +109,7 @@ class FastPath:
                 except Unavailable as e:
                     # Only a request that timed out may have reached a gateway; any other
                     # failure (no responders, above all) was not delivered.
-                    if isinstance(e.__cause__, TimeoutError):
+                    if isinstance(e.__cause__, TimeoutError) and not _keyed(invocations):
                         raise
                     log.info("submit to %s/%s over HTTP: %s", ns, queue, e)
                 else:
@@ -118,7 +125,8 @@ class FastPath:
             assert self._token is not None
             payload = msgspec.json.encode(FastResult(token=self._token, wait_s=wait_s))
             try:
-                raw = await bus.result(ns, job_id, payload, self._client.timeout_s + wait_s)
+                margin_s = min(ANSWER_MARGIN_S, self._client.timeout_s)
+                raw = await bus.result(ns, job_id, payload, wait_s + margin_s)
                 body = _decode(raw, _any, f"result of {ns}/{job_id}")
                 return self._client.job_result(job_id, namespace=ns).decode(body)
             except Denied:
@@ -161,6 +169,11 @@ class FastPath:
         """NATS refused a subject: the next call connects with a fresh grant."""
         log.info("NATS refused a request (a new namespace?); reconnecting with a new grant")
         await self.close()
+
+
+def _keyed(invocations: list[InvocationSubmit]) -> bool:
+    """Whether every invocation has an idempotency key (a submit safe to send again)."""
+    return all(inv.idempotency_key is not None for inv in invocations)
 
 
 def _decode(raw: bytes, decoder: msgspec.json.Decoder[Any], what: str) -> Any:

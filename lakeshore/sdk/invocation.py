@@ -1,7 +1,9 @@
 """Waiting for an invocation, and the :class:`Invocation` handle that ``udf`` returns.
 
 Waiting never busy-polls: it long-polls the result route (``wait_s``) in slices shorter
-than the client's request timeout, so an unbounded wait is a sequence of held requests.
+than the client's request timeout, so an unbounded wait is a sequence of held requests. A
+wait rides out a control plane's restart or failover (up to the client's ``failover_s``):
+a slice it could not get answered is asked again.
 
 What a finished invocation gives back: its value, or one of the :class:`JobFailed`
 exceptions — :class:`RemoteError` (it raised, or its command failed), :class:`JobCancelled`
@@ -12,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import msgspec
 
-from lakeshore.errors import LakeshoreError, Unavailable
+from lakeshore.errors import LakeshoreError, NotLeader, Unavailable
 from lakeshore.model import Job, JobDetail, Result
 from lakeshore.model.logs import LogEnd, LogLine
 from lakeshore.sdk import sync
@@ -27,10 +30,14 @@ from lakeshore.sdk.transport import api_path
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 #: The result route holds a request at most this long (seconds).
 MAX_WAIT_S = 600.0
 #: Fewest seconds between two polls, should a server answer "unfinished" early.
 MIN_POLL_S = 0.5
+#: Pause before a wait the control plane could not answer is asked again (seconds).
+OUTAGE_PAUSE_S = 0.25
 #: Error types the result route uses for invocations that never ran to their end.
 CANCELLED_TYPE = "lakeshore.Cancelled"
 DROPPED_TYPE = "lakeshore.Dropped"
@@ -152,24 +159,41 @@ async def poll_result(
         body = await call.body()
         return call.decode(body), body
 
-    return await _long_poll(ask, timeout_s, client.timeout_s)
+    return await _long_poll(ask, timeout_s, client.timeout_s, client.failover_s)
 
 
 async def _long_poll(
     ask: Callable[[float], Awaitable[tuple[Result | Job, T]]],
     timeout_s: float | None,
     request_timeout_s: float,
+    outage_s: float,
 ) -> tuple[Result | Job, T]:
     """``ask(wait_s)`` until it answers a ``Result`` or ``timeout_s`` has passed, each wait
-    shorter than the request timeout."""
+    shorter than the request timeout. A wait is a read: one that the control plane could not
+    answer (it died holding it, or is restarting) is asked again, for ``outage_s`` at most
+    from the first failure in a row."""
     clock = time.monotonic
     deadline = None if timeout_s is None else clock() + timeout_s
     # Half the request timeout leaves the server time to answer a held request.
     slice_s = min(MAX_WAIT_S, request_timeout_s / 2)
+    failing_since: float | None = None
     while True:
         left = slice_s if deadline is None else max(0.0, min(slice_s, deadline - clock()))
         asked = clock()
-        answer, body = await ask(left)
+        try:
+            answer, body = await ask(left)
+        except Unavailable as e:
+            if isinstance(e, NotLeader) or (deadline is not None and clock() >= deadline):
+                raise
+            if failing_since is None:
+                failing_since = clock()
+                log.warning("a result wait was not answered (%s): asked again for %gs at most",
+                            e.message, outage_s)  # fmt: skip
+            elif clock() - failing_since >= outage_s:
+                raise
+            await asyncio.sleep(OUTAGE_PAUSE_S)
+            continue
+        failing_since = None
         if isinstance(answer, Result) or (deadline is not None and clock() >= deadline):
             return answer, body
         if (early := MIN_POLL_S - (clock() - asked)) > 0:
@@ -198,7 +222,7 @@ async def wait_result(
     async def ask(wait_s: float) -> tuple[Result | Job, None]:
         return await client.fast.result(invocation_id, wait_s, namespace=namespace), None
 
-    answer, _ = await _long_poll(ask, timeout_s, client.timeout_s)
+    answer, _ = await _long_poll(ask, timeout_s, client.timeout_s, client.failover_s)
     if isinstance(answer, Job):
         raise TimeoutError(
             f"invocation {invocation_id} did not finish within {timeout_s:g}s "

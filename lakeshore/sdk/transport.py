@@ -10,6 +10,11 @@ leader when it knows it) and a connection that could not be opened never reached
 so in both cases the request was not applied and is sent again elsewhere, whatever its
 method, until ``failover_s`` has passed. Any other failure is raised as it is: a request
 that timed out or lost its connection may have been applied.
+
+Given one URL, a refused connection is said at once while that server never answered this
+client (nothing runs there: a wrong URL, a server not started); once it has answered, a
+refused connection is a control plane restarting, and the request is sent again until it
+is back, for ``failover_s`` at most.
 """
 
 from __future__ import annotations
@@ -157,6 +162,10 @@ class _Failover:
         round_over = self._refused_in_row % len(self._apis) == 0
         return self._step(self._next(here), _ROUND_PAUSE_S if round_over else 0.0)
 
+    def first_refusal(self) -> bool:
+        """Whether no URL has refused a connection to this request yet."""
+        return self._refused_in_row == 0 and not self._why
+
     def tried(self) -> str:
         """Each URL tried and why it did not take the request, for an error message."""
         return ", ".join(f"{url} ({why})" for url, why in self._why.items())
@@ -198,6 +207,8 @@ class Transport:
         self.failover_s = failover_s
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._session: aiohttp.ClientSession | None = None
+        #: whether any control plane answered this client yet (see the module)
+        self._answered = False
 
     async def __aenter__(self) -> Self:
         return self
@@ -356,8 +367,14 @@ class Transport:
                     method, here + path, data=data, params=params, headers=headers, **extra
                 )
             except aiohttp.ClientConnectorError as exc:
-                if self.apis == (here,):
-                    raise  # the one URL given: no server there, say so at once
+                if self.apis == (here,) and not self._answered:
+                    raise  # the one URL given, never answered: no server there, say so
+                if self.apis == (here,) and failover.first_refusal():
+                    log.warning(
+                        "the lakeshore api at %s refuses connections (restarting?): %s %s "
+                        "is asked again until it is back, for %gs at most",
+                        here, method, path, self.failover_s,
+                    )  # fmt: skip
                 step = failover.after_unreachable(here, _reason(exc))
                 if step is None:
                     raise errors.Unavailable(
@@ -366,6 +383,7 @@ class Transport:
                         "--api (or LAKESHORE_API) at running ones"
                     ) from None
             else:
+                self._answered = True
                 standby = await _standby(resp, here + path)
                 if standby is None:
                     return resp

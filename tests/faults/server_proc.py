@@ -42,9 +42,9 @@ def alive(pid: int) -> bool:
 
 
 class ServerProc:
-    """``lakeshore server --data-dir DIR --port 0`` with its embedded NATS (on ``nats_port``,
-    0: a free one each start) unless ``nats_url`` is given; ``faults`` arms fault points
-    (``point:exit``)."""
+    """``lakeshore server --data-dir DIR --port PORT`` (``port`` 0: a free one each start)
+    with its embedded NATS (on ``nats_port``, 0: a free one each start) unless ``nats_url``
+    is given; ``faults`` arms fault points (``point:exit``)."""
 
     def __init__(
         self,
@@ -53,9 +53,10 @@ class ServerProc:
         nats_url: str | None = None,
         faults: str = "",
         nats_port: int = 0,
+        port: int = 0,
     ) -> None:
         self.data_dir, self.nats_url_flag, self.faults = data_dir, nats_url, faults
-        self.nats_port = nats_port
+        self.nats_port, self.port = nats_port, port
         self.proc: asyncio.subprocess.Process | None = None
         self.api = self.nats_url = ""
         self.output: list[str] = []
@@ -81,7 +82,7 @@ class ServerProc:
         self.output = []
         self.proc = await asyncio.create_subprocess_exec(
             LAKESHORE,
-            *("server", "--data-dir", str(self.data_dir), "--port", "0", *nats),
+            *("server", "--data-dir", str(self.data_dir), "--port", str(self.port), *nats),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env=env,

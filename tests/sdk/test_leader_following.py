@@ -28,6 +28,7 @@ from lakeshore.config import load_client_settings
 from lakeshore.http.errors import render
 from lakeshore.model import InvocationSubmit
 from lakeshore.sdk import Client
+from lakeshore.sdk.invocation import wait_result
 
 Q = "/v1/namespaces/default/queues"
 BACKUP = b"a backup's bytes"
@@ -145,6 +146,113 @@ async def test_a_single_dead_url_fails_at_once_naming_it_and_the_fix() -> None:
     message = caught.value.message
     assert message.startswith(f"cannot reach the lakeshore api at {dead} (connection refused)")
     assert "lakeshore server" in message
+
+
+class Restarting:
+    """One control plane on a fixed port that can be stopped and started again there."""
+
+    def __init__(self, handle: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+        self.url = _dead_url()
+        self._port = int(self.url.rsplit(":", 1)[1])
+        self._handle = handle
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self._port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+@pytest.fixture
+async def restarting() -> AsyncIterator[Callable[..., Restarting]]:
+    made: list[Restarting] = []
+
+    def make(handle: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Restarting:
+        made.append(Restarting(handle))
+        return made[-1]
+
+    yield make
+    for plane in made:
+        await plane.stop()
+
+
+async def test_a_single_url_that_answered_is_asked_again_while_it_restarts(
+    restarting: Callable[..., Restarting], caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        seen.append(request.method)
+        return web.json_response(await request.json(), status=201)
+
+    plane = restarting(handle)
+    await plane.start()
+    caplog.set_level(logging.WARNING, logger="lakeshore.sdk.transport")
+    async with Client(plane.url, None) as client:
+        assert await client.request("POST", Q, json={"n": 1}) == {"n": 1}
+        await plane.stop()
+        posting = asyncio.ensure_future(client.request("POST", Q, json={"n": 2}))
+        await eventually(
+            lambda: [r for r in caplog.records if "refuses connections" in r.getMessage()],
+            timeout_s=10, what="the refusal said",
+        )  # fmt: skip
+        assert not posting.done()
+        await plane.start()
+        async with asyncio.timeout(10):
+            assert await posting == {"n": 2}
+    assert seen == ["POST", "POST"]  # sent once to the restarted plane: never applied twice
+
+
+async def test_a_single_url_that_answered_gives_up_after_failover_s(
+    restarting: Callable[..., Restarting],
+) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"queues": []})
+
+    plane = restarting(handle)
+    await plane.start()
+    async with Client(plane.url, None, failover_s=FAILOVER_S) as client:
+        await client.request("GET", Q)
+        await plane.stop()
+        with pytest.raises(errors.Unavailable) as caught:
+            await client.request("GET", Q)
+    assert f"within {FAILOVER_S:g}s: {plane.url} (connection refused)" in caught.value.message
+
+
+async def test_a_result_wait_rides_out_a_plane_that_died_holding_it(
+    restarting: Callable[..., Restarting],
+) -> None:
+    asked: list[str] = []
+    died: list[asyncio.Future[None]] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        asked.append(request.path)
+        if len(asked) == 1:  # the plane dies holding the wait: the connection is cut
+            assert request.transport is not None
+            request.transport.close()
+            died.append(asyncio.ensure_future(plane.stop()))
+            return web.Response()
+        return web.json_response({"id": "inv-1", "ok": True, "value": 42})
+
+    plane = restarting(handle)
+    await plane.start()
+    async with Client(plane.url, None) as client:
+        waiting = asyncio.ensure_future(wait_result(client, "inv-1", timeout_s=30))
+        await eventually(lambda: died, timeout_s=10, what="the plane dead holding the wait")
+        await died[0]
+        assert not waiting.done()
+        await plane.start()
+        async with asyncio.timeout(10):
+            result = await waiting
+    assert (result.ok, result.value) == (True, 42)
+    assert len(asked) == 2, asked
 
 
 async def test_dead_urls_give_up_after_failover_s_naming_each_and_why() -> None:
