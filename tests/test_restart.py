@@ -45,6 +45,10 @@ async def test_restart_keeps_rows_states_and_streams(plane_factory, js):
         assert [e["type"] for e in events] == ["drained", "created"]
     si = await js.stream_info("LS_bob_training-h100")
     assert si.config.max_msgs == 7 and si.state.messages == 1
+    # The draining and archived queues' streams still take no publish after the restart.
+    for queue in ("eval", "old"):
+        config = (await js.stream_info(f"LS_bob_{queue}")).config
+        assert config.subjects == [f"ls.bob.closed.{queue}.*"], config
     assert isinstance(second.plane, ControlPlane)
 
 

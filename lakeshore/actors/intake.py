@@ -34,6 +34,7 @@ from lakeshore.errors import LakeshoreError, QueueFull, WrongState
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
 from lakeshore.model import (
+    CLOSED_STATES,
     ElasticityKind,
     EventType,
     Invocation,
@@ -41,7 +42,6 @@ from lakeshore.model import (
     InvocationSubmit,
     OnFull,
     Queue,
-    QueueState,
     SubmitAnswer,
     WorkerStatus,
     levels_of,
@@ -151,7 +151,7 @@ class Intake:
             WrongState: it is draining or archived.
         """
         row = self._row()
-        if row.state in (QueueState.DRAINING, QueueState.ARCHIVED):
+        if row.state in CLOSED_STATES:
             raise WrongState(
                 row.name,
                 row.state.value,

@@ -30,6 +30,7 @@ from lakeshore.errors import (
 from lakeshore.faults import Faults
 from lakeshore.model import (
     BUILTIN_PROVIDER,
+    CLOSED_STATES,
     DEFAULT_QUEUE,
     Elasticity,
     ElasticityKind,
@@ -269,6 +270,9 @@ class QueueActor(Actor[QueueMsg]):
         if old.state not in sources:
             raise WrongState(old.name, old.state.value, verb, "; unarchive it first")
         new = msgspec.structs.replace(old, state=target, updated_at=now())
+        if _admits(new) != _admits(old):
+            # The stream first: once the row says draining, nothing lands on any path.
+            await self._ensure_stream(new)
         await self._commit(old, new, _EVENT_OF_VERB[verb], actor)
         self._intake.wake()  # a queue that stopped admitting refuses its waiting submits now
         return new
@@ -316,5 +320,11 @@ class QueueActor(Actor[QueueMsg]):
 
     async def _ensure_stream(self, row: Queue) -> None:
         await self._bus.ensure_queue(
-            self._ns, row.name, levels=levels_of(row.kind), max_depth=row.max_depth
-        )
+            self._ns, row.name, levels=levels_of(row.kind), max_depth=row.max_depth,
+            admitting=_admits(row),
+        )  # fmt: skip
+
+
+def _admits(row: Queue) -> bool:
+    """Whether the queue's stream takes publishes (:meth:`Bus.ensure_queue`)."""
+    return row.state not in CLOSED_STATES

@@ -41,6 +41,8 @@ class _Stream:
     """One queue's WorkQueue stream and its per-level consumers, folded into one."""
 
     max_depth: int | None
+    #: whether it takes publishes (a queue draining or archived: no)
+    admitting: bool = True
     #: seq -> message; dicts keep insertion order, which is seq order
     messages: dict[int, _Message] = field(default_factory=dict)
     last_seq: int = 0
@@ -109,12 +111,19 @@ class InMemoryBus:
     # -- the Bus port ------------------------------------------------------------------------
 
     async def ensure_queue(
-        self, namespace: str, queue: str, *, levels: int, max_depth: int | None
+        self,
+        namespace: str,
+        queue: str,
+        *,
+        levels: int,
+        max_depth: int | None,
+        admitting: bool = True,
     ) -> None:
-        """Create the queue's stream, or update its ``max_depth`` (nothing stored is lost)."""
+        """Create the queue's stream, or update its ``max_depth`` and whether it takes
+        publishes (nothing stored is lost)."""
         self._check()
         stream = self._streams.setdefault((namespace, queue), _Stream(max_depth))
-        stream.max_depth = max_depth
+        stream.max_depth, stream.admitting = max_depth, admitting
 
     async def delete_queue(self, namespace: str, queue: str) -> None:
         self._check()
@@ -140,9 +149,12 @@ class InMemoryBus:
         """Store ``(payload, level, msg_id)`` items; ``None`` for each refused as full.
 
         Raises:
-            Unavailable: the queue's stream does not exist (NATS: no stream responded).
+            Unavailable: the queue's stream does not exist or takes nothing (its queue is
+                draining or archived); NATS: no stream responded.
         """
         stream = self._stream(namespace, queue)
+        if not stream.admitting:
+            raise Unavailable(f"could not publish to {namespace}/{queue}: no stream responded")
         now = self._clock()
         out: list[Published | None] = []
         for payload, level, msg_id in items:

@@ -131,7 +131,13 @@ class NatsBus:
             await self._reserve.arm()
 
     async def ensure_queue(
-        self, namespace: str, queue: str, *, levels: int, max_depth: int | None
+        self,
+        namespace: str,
+        queue: str,
+        *,
+        levels: int,
+        max_depth: int | None,
+        admitting: bool = True,
     ) -> None:
         """Create or update the queue's stream and its per-level durable consumers.
 
@@ -141,10 +147,16 @@ class NatsBus:
         stream that exists already (a new leader's start) the consumers are asked once,
         then ensured in the background until they answer, so that a takeover and the
         submits behind it wait for the stream alone.
+
+        A stream not ``admitting`` is bound to :func:`~lakeshore.bus.subjects.closed_subjects`
+        instead of the queue's subjects: a publish to them finds no stream (nats-server
+        takes the update; the consumers, filtered on the level subjects the stored
+        messages keep, go on delivering them).
         """
+        bound = subjects.queue_subjects if admitting else subjects.closed_subjects
         cfg = StreamConfig(
             name=subjects.queue_stream(namespace, queue),
-            subjects=[subjects.queue_subjects(namespace, queue)],
+            subjects=[bound(namespace, queue)],
             retention=RetentionPolicy.WORK_QUEUE,
             storage=StorageType.FILE,
             discard=DiscardPolicy.NEW,

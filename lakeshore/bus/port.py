@@ -62,9 +62,17 @@ class Bus(Protocol):
     def connected(self) -> bool: ...
 
     async def ensure_queue(
-        self, namespace: str, queue: str, *, levels: int, max_depth: int | None
+        self,
+        namespace: str,
+        queue: str,
+        *,
+        levels: int,
+        max_depth: int | None,
+        admitting: bool = True,
     ) -> None:
-        """Create or update the queue's stream (idempotent); ``max_depth`` caps it."""
+        """Create or update the queue's stream (idempotent); ``max_depth`` caps it. A stream
+        not ``admitting`` (its queue draining or archived) takes no publish, from anyone
+        (:meth:`publish_work` raises ``Unavailable``), and keeps delivering what it holds."""
 
     async def delete_queue(self, namespace: str, queue: str) -> None:
         """Delete the queue's stream and every invocation in it (absent: no-op)."""

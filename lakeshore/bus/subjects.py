@@ -50,6 +50,14 @@ def queue_subjects(namespace: str, queue: str) -> str:
     return f"ls.{namespace}.q.{queue}.*"
 
 
+def closed_subjects(namespace: str, queue: str) -> str:
+    """Where the stream of a queue that admits nothing is bound instead of
+    :func:`queue_subjects` (draining, archived): no grant has it, so a publish to the
+    queue's subjects finds no stream, whoever sends it; what the stream holds keeps its
+    subjects, and its consumers deliver it."""
+    return f"ls.{namespace}.closed.{queue}.*"
+
+
 def level_subject(namespace: str, queue: str, level: int) -> str:
     """Subject of one priority level (fifo queues use level 0 only)."""
     return f"ls.{namespace}.q.{queue}.p{level}"

@@ -92,6 +92,7 @@ from lakeshore.model.providers import (
     daemon_names,
 )
 from lakeshore.model.queues import (
+    CLOSED_STATES,
     Elasticity,
     ElasticityKind,
     OnFull,
@@ -222,6 +223,7 @@ __all__ = [
     "QueueKind",
     "QueuePage",
     "QueuePatch",
+    "CLOSED_STATES",
     "QueueState",
     "QueueStats",
     "QuotaUse",

@@ -50,6 +50,11 @@ class QueueState(StrEnum):
     PAUSED = "paused"
 
 
+#: States of a queue that admits nothing new: its submits are refused (409) and its stream
+#: takes no publish (``Bus.ensure_queue(admitting=False)``).
+CLOSED_STATES = frozenset({QueueState.DRAINING, QueueState.ARCHIVED})
+
+
 class OnFull(StrEnum):
     #: a submit to a full queue answers 429
     REJECT = "reject"

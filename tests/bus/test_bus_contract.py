@@ -183,6 +183,38 @@ async def test_a_duplicate_is_answered_when_the_queue_is_full_or_the_first_is_go
     assert (await bus.queue_counts(ns, Q, levels=1)).depth == 0
 
 
+async def test_a_stream_not_admitting_takes_nothing_and_delivers_what_it_holds(
+    bus, ns, claim
+) -> None:
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None)
+    await bus.publish_work(ns, Q, [item("a"), item("b"), item("c", 1)])
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None, admitting=False)  # draining
+    for refused in (item("late"), item("late", 1), item("a")):  # a repeated msg_id too
+        with pytest.raises(Unavailable):
+            await bus.publish_work(ns, Q, [refused])
+    assert await bus.queue_counts(ns, Q, levels=2) == QueueCounts(pending=3, running=0, depth=3)
+    assert await bus.pending_messages(ns, Q, levels=2, limit=10) == [
+        (1, b"a"), (2, b"b"), (3, b"c")
+    ]  # fmt: skip
+    claimed = await claim(bus, ns, Q, 0, 2)
+    assert [c.payload for c in claimed] == [b"a", b"b"]
+    assert [c.payload for c in await claim(bus, ns, Q, 1, 1)] == [b"c"]
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None)  # unarchived: admits again
+    assert await bus.publish_work(ns, Q, [item("d")]) == [new(4)]
+    assert [c.payload for c in await claim(bus, ns, Q, 0, 1)] == [b"d"]
+
+
+@pytest.mark.parametrize("bus", ["nats"], indirect=True)  # nobody's publish lands
+async def test_a_stream_not_admitting_refuses_a_raw_publish_to_its_subjects(bus, ns) -> None:
+    await bus.ensure_queue(ns, Q, levels=1, max_depth=None, admitting=False)
+    js = bus.nc.jetstream(timeout=2)
+    with pytest.raises(jse.NoStreamResponseError):
+        await js.publish(subjects.level_subject(ns, Q, 0), b"raw")
+    stream = await js.stream_info(subjects.queue_stream(ns, Q))
+    assert stream.config.subjects == [subjects.closed_subjects(ns, Q)]
+    assert stream.state.messages == 0
+
+
 async def test_counts_of_an_unknown_queue_are_zero(bus, ns) -> None:
     assert await bus.queue_counts(ns, Q, levels=10) == QueueCounts(0, 0, 0)
 

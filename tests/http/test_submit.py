@@ -7,6 +7,7 @@ import uuid
 
 import msgspec
 import pytest
+from nats.js.errors import NoStreamResponseError
 from polling import eventually
 
 from lakeshore.model import Invocation
@@ -105,16 +106,26 @@ async def test_bad_submits_are_clear_400s_and_admit_nothing(api, js, body, needl
     assert (await js.stream_info("LS_default_q")).state.messages == 0
 
 
-async def test_draining_archived_and_unknown_queues_refuse(api):
+async def test_draining_archived_and_unknown_queues_refuse(api, js):
     await api.post(Q, {"name": "q"})
+    await api.post(Q + "/q/invocations", inv())
     await api.post(Q + "/q/drain")
     status, body = await api.post(Q + "/q/invocations", inv())
     assert status == 409 and body["error"]["code"] == "wrong_state"
+    # Nor on any other path: the queue's stream takes no publish, from anyone.
+    with pytest.raises(NoStreamResponseError):
+        await js.publish("ls.default.q.q.p0", b"raw")
     await api.post(Q + "/q/archive")
     status, body = await api.post(Q + "/q/invocations", inv())
     assert status == 409
+    with pytest.raises(NoStreamResponseError):
+        await js.publish("ls.default.q.q.p0", b"raw")
     status, body = await api.post(Q + "/nope/invocations", inv())
     assert status == 404 and body["error"]["code"] == "queue_not_found"
+    assert (await js.stream_info("LS_default_q")).state.messages == 1  # what it held stays
+    await api.post(Q + "/q/unarchive")
+    assert (await api.post(Q + "/q/invocations", inv()))[0] == 202
+    assert (await js.stream_info("LS_default_q")).state.messages == 2
 
 
 async def test_an_idempotent_resubmit_is_one_invocation(api, js):

@@ -90,6 +90,8 @@ def victim_subjects(world: World) -> dict[str, str]:
         "code purge": f"$JS.API.STREAM.PURGE.{subjects.code_stream(NS)}",
         "code delete": f"$JS.API.STREAM.DELETE.{subjects.code_stream(NS)}",
         "code chunk": f"$O.{subjects.code_bucket(NS)}.C.forged",
+        # Where a draining or archived queue's stream is bound instead of its subjects.
+        "closed queue": subjects.closed_subjects(NS, "busy").replace("*", "p0"),
         # The rows' log.
         "state epoch": subjects.STATE_EPOCH_SUBJECT,
         "state row": f"{subjects.STATE_PREFIX}.token.forged",
