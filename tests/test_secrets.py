@@ -22,8 +22,7 @@ from natsauth import plane_nats
 from polling import eventually
 from support import Api
 
-from lakeshore import submission
-from lakeshore.actors import admission
+from lakeshore import preparation, submission
 from lakeshore.actors.queue import Submit
 from lakeshore.bus import codec, subjects
 from lakeshore.cli.submit import build
@@ -218,7 +217,7 @@ async def test_a_refused_submit_does_not_echo_env_values(api, spec: dict[str, An
 async def test_the_repr_of_everything_carrying_env_masks_its_values():
     spec = InvocationSubmit(command=CHECK, env=ENV)
     row = Queue(namespace=NS, name="q", created_at=now(), updated_at=now())
-    [prepared] = await admission.prepare(row, [spec], ["inv-1"])
+    [prepared] = await preparation.prepare(row, [spec], ["inv-1"])
     invocation = codec.decode(prepared.payload, Invocation)
     shown = [
         spec,

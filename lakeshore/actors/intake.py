@@ -20,9 +20,8 @@ from typing import Any
 
 import msgspec
 
-from lakeshore import fit, submission
+from lakeshore import fit, preparation, submission
 from lakeshore.actors import admission
-from lakeshore.actors.admission import Prepared
 from lakeshore.actors.base import ActorRef
 from lakeshore.actors.idempotency import DEFAULT_KEY_TTL_S, resolve_keys
 from lakeshore.actors.outbox import Outbox
@@ -47,6 +46,7 @@ from lakeshore.model import (
     levels_of,
     now,
 )
+from lakeshore.preparation import Prepared
 from lakeshore.store.port import IdempotencyKeys
 
 log = logging.getLogger(__name__)
@@ -105,15 +105,15 @@ class Intake:
         """Admit a submit; answers a future settled once it is in (at once unless a full
         ``block`` queue makes it wait in the waiting room)."""
         row = self.admitting()
-        ids = await admission.new_ids(len(specs))
-        items = await admission.prepare(row, specs, ids)  # refuses a bad batch before any key
+        ids = await preparation.new_ids(len(specs))
+        items = await preparation.prepare(row, specs, ids)  # refuses a bad batch before any key
         known: set[str] = set()
         if any(spec.idempotency_key for spec in specs):
             ids, known = await resolve_keys(
                 self._store, self._ns, self._queue, specs, ids,
                 ttl_s=self._key_ttl_s, faults=self._faults,
             )  # fmt: skip
-            items = await admission.prepare(row, specs, ids)
+            items = await preparation.prepare(row, specs, ids)
         waiting = Waiting(items, [None] * len(items), [], time.monotonic() + wait_s)
         for i, item in enumerate(items):
             if item.id in known:  # admitted before and recorded: nothing to publish again

@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from lakeshore.actors.admission import Prepared
 from lakeshore.bus.port import Published
 from lakeshore.errors import Internal, LakeshoreError, Unavailable
 from lakeshore.model import InvocationEvent, SubmitAnswer
+from lakeshore.preparation import Prepared
 
 log = logging.getLogger(__name__)
 

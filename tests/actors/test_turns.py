@@ -8,8 +8,7 @@ import gc
 
 import pytest
 
-from lakeshore import collector
-from lakeshore.actors import admission
+from lakeshore import collector, preparation
 from lakeshore.actors.turns import TURN
 from lakeshore.errors import Invalid
 from lakeshore.model import InvocationSubmit, Queue, now
@@ -42,24 +41,24 @@ async def _turns_taken_during(work) -> tuple[object, int]:
 async def test_a_big_batch_is_prepared_in_turns_that_let_other_requests_run() -> None:
     n = 10 * TURN
     specs = [InvocationSubmit(command=["true"], args=[i]) for i in range(n)]
-    ids, ran = await _turns_taken_during(admission.new_ids(n))
+    ids, ran = await _turns_taken_during(preparation.new_ids(n))
     assert len(set(ids)) == n and ran >= n // TURN - 1
-    items, ran = await _turns_taken_during(admission.prepare(ROW, specs, ids))
+    items, ran = await _turns_taken_during(preparation.prepare(ROW, specs, ids))
     assert [p.id for p in items] == ids
     assert ran >= n // TURN - 1
 
 
 async def test_a_small_batch_takes_no_turn() -> None:
     specs = [InvocationSubmit(command=["true"])] * (TURN // 2)
-    ids = await admission.new_ids(len(specs))
-    _, ran = await _turns_taken_during(admission.prepare(ROW, specs, ids))
+    ids = await preparation.new_ids(len(specs))
+    _, ran = await _turns_taken_during(preparation.prepare(ROW, specs, ids))
     assert ran == 0
 
 
 async def test_a_bad_invocation_late_in_a_batch_refuses_it_whole_by_its_index() -> None:
     specs = [InvocationSubmit(command=["true"])] * (3 * TURN) + [InvocationSubmit()]
     with pytest.raises(Invalid, match=f"invocation {3 * TURN} needs exactly one of fn"):
-        await admission.prepare(ROW, specs, await admission.new_ids(len(specs)))
+        await preparation.prepare(ROW, specs, await preparation.new_ids(len(specs)))
 
 
 def test_the_server_collects_rarely_and_never_over_what_it_started_with() -> None:
