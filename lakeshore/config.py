@@ -93,6 +93,11 @@ class ServerSettings(Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     to 30 s), in seconds."""
     fault_points: str = ""
     """Fault tests only: ``point:exit|raise,…`` (see :mod:`lakeshore.faults`)."""
+    direct_submit: bool = False
+    """Experimental (issue 26's data path, in progress): let the SDK publish a plain submit
+    straight into its queue's stream, one JetStream round trip, instead of asking this
+    control plane (docs/data-plane.md, "The direct submit"). Off: every submit goes through
+    the plane, as before. Not yet held on this path: ``pending_per_org``."""
     quotas: Quotas = Quotas()
     """Per-org quotas: the ``[quotas]`` table (see :class:`lakeshore.quotas.Quotas`)."""
     history_retention_days: Annotated[float, Meta(gt=0)] | None = 30.0
@@ -183,6 +188,7 @@ _SERVER_ENV = {
     "LAKESHORE_FAULT_POINTS": "fault_points",
     "LAKESHORE_METRICS_PORT": "metrics_port",
     "LAKESHORE_API_URL": "api_url",
+    "LAKESHORE_DIRECT_SUBMIT": "direct_submit",
 }
 _CLIENT_ENV = {
     "LAKESHORE_API": "api",

@@ -38,7 +38,12 @@ from lakeshore.bus.lease import Elector, Lease, ensure_bucket
 from lakeshore.bus.logs import LogTails, ensure_logs_stream
 from lakeshore.bus.nats import NatsBus
 from lakeshore.bus.state import StateLog, StateTail, ensure_state_stream
-from lakeshore.bus.subjects import EVENTS_STREAM, RECORDER_CONSUMER, STATE_STREAM
+from lakeshore.bus.subjects import (
+    EVENTS_STREAM,
+    RECORDER_CONSUMER,
+    STATE_STREAM,
+    stored_wildcard,
+)
 from lakeshore.config import ServerSettings, read_toml, write_client_config
 from lakeshore.controller import ControllerSettings
 from lakeshore.datadir import secure_data_dir
@@ -76,6 +81,7 @@ from lakeshore.services.code import CodeService, Retention, usage_in
 from lakeshore.services.history import HistoryService
 from lakeshore.services.logs import LogService
 from lakeshore.services.lost_runs import LostRuns
+from lakeshore.services.stored import StoredNotes
 from lakeshore.services.unrecorded import announce_in_background
 from lakeshore.shutdown import STEP_S, StopStack
 from lakeshore.store import Store, open_store
@@ -522,7 +528,11 @@ class ControlPlane:
             retention_s=settings.code_retention_days * 86400.0,
         )
         stack.push_async_callback(Retention(code, settings.code_prune_every_s).close)
+        # What producers stored themselves (``direct_submit``), recorded; listened to below.
+        noted = StoredNotes(bus, outbox)
+        stack.push_async_callback(noted.close)
         jobs = JobService(
+            noted=noted.expects,
             store=store,
             results=events,
             bus=bus,
@@ -557,6 +567,7 @@ class ControlPlane:
                 controller=controller,
                 daemons=daemons,
                 quotas=settings.quotas,
+                direct_submit=settings.direct_submit,
             ),
             problems=lambda: _problems(bus, runtime, replica.runtime),
             history=HistoryService(store=store, directory=directory, settled=jobs.settled),
@@ -578,6 +589,9 @@ class ControlPlane:
         # daemons stopped next), then the daemons started here stop while the gateway still
         # records their last heartbeat (``stopped``), then the gateway, the actors, the bus.
         stack.push_async_callback(gateway.stop)
+        if settings.direct_submit:
+            notes = await bus.listen(stored_wildcard(), noted.take)
+            stack.push_async_callback(notes.unsubscribe)
         for backend in providers.values():
             stack.push_async_callback(backend.close)
         stack.push_async_callback(_halt, controller)
@@ -671,7 +685,7 @@ async def _close_the_bus(
         rows = await store.list_queues([namespace], None)
         return [DEFAULT_QUEUE, *(q.name for q in rows)]
 
-    identities = Identities(daemons, gate, queues_of)
+    identities = Identities(daemons, gate, queues_of, direct_submit=settings.direct_submit)
     callout = await bus.respond(
         CALLOUT_SUBJECT,
         Callout(issuer, identities).answer,

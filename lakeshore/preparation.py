@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import msgspec
 
 from lakeshore.actors.turns import pause
 from lakeshore.bus import codec
-from lakeshore.errors import Invalid, TooLarge
+from lakeshore.errors import Invalid, QueueFull, TooLarge, WrongState
 from lakeshore.ids import new_id
 from lakeshore.model import (
     Invocation,
@@ -157,3 +158,20 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
             f"{where} has priority {spec.priority} but queue {row.name!r} is fifo; "
             "priorities need a queue created with --kind priority"
         )
+
+
+def closed(row: Queue) -> WrongState:
+    """The refusal of a submit to a queue that admits nothing now (draining, archived)."""
+    return WrongState(
+        row.name, row.state.value, "accept submissions", "; unarchive it to admit work again"
+    )
+
+
+def full(row: Queue, index: int, total: int, why: str = "") -> NoReturn:
+    """Raise the :class:`QueueFull` of a submit whose ``index``-th item found no room."""
+    admitted = f"; the first {index} of {total} were admitted" if index else ""
+    reason = f" ({why})" if why else ""
+    raise QueueFull(
+        f"queue {row.name!r} is full: max_depth {row.max_depth} reached{reason}{admitted}; "
+        "retry later, raise --max-depth, or set --on-full block / drop_oldest"
+    )

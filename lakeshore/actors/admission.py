@@ -10,12 +10,10 @@ queue actor's inbox, so the queue keeps answering while a submit waits.
 from __future__ import annotations
 
 import logging
-from typing import NoReturn
 
 from lakeshore import submission
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
-from lakeshore.errors import QueueFull
 from lakeshore.model import (
     EventBatch,
     EventType,
@@ -25,7 +23,7 @@ from lakeshore.model import (
     Queue,
     now,
 )
-from lakeshore.preparation import Prepared
+from lakeshore.preparation import Prepared, full
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +69,6 @@ async def publish(bus: Bus, row: Queue, items: list[Prepared]) -> list[Published
     """Publish ``items`` to the queue's stream; ``None`` for each refused as full."""
     return await bus.publish_work(
         row.namespace, row.name, [(p.payload, p.level, p.msg_id) for p in items]
-    )
-
-
-def full(row: Queue, index: int, total: int, why: str = "") -> NoReturn:
-    """Raise the :class:`QueueFull` of a submit whose ``index``-th item found no room."""
-    admitted = f"; the first {index} of {total} were admitted" if index else ""
-    reason = f" ({why})" if why else ""
-    raise QueueFull(
-        f"queue {row.name!r} is full: max_depth {row.max_depth} reached{reason}{admitted}; "
-        "retry later, raise --max-depth, or set --on-full block / drop_oldest"
     )
 
 

@@ -29,7 +29,7 @@ from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
-from lakeshore.errors import LakeshoreError, QueueFull, WrongState
+from lakeshore.errors import LakeshoreError, QueueFull
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
 from lakeshore.model import (
@@ -152,12 +152,7 @@ class Intake:
         """
         row = self._row()
         if row.state in CLOSED_STATES:
-            raise WrongState(
-                row.name,
-                row.state.value,
-                "accept submissions",
-                "; unarchive it to admit work again",
-            )
+            raise preparation.closed(row)
         return row
 
     async def _retry(self, waiting: Waiting) -> bool:

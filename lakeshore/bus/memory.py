@@ -196,6 +196,15 @@ class InMemoryBus:
         ]
         return sorted(found, key=lambda sp: sp[0])[:limit]
 
+    async def stored_messages(
+        self, namespace: str, queue: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        self._check()
+        stream = self._streams.get((namespace, queue))
+        if stream is None:
+            return []
+        return [(s, stream.messages[s].payload) for s in sorted(set(seqs)) if s in stream.messages]
+
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         self._check()
         stream = self._streams.get((namespace, queue))

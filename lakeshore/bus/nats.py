@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import nats
@@ -391,6 +391,38 @@ class NatsBus:
                         break
                     seq = got[-1][0] + 1
         return out
+
+    async def stored_messages(
+        self, namespace: str, queue: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """Those of the messages at ``seqs`` the stream still holds: one batched direct get
+        over their span (they are close: one producer's submit), the rest left out."""
+        wanted = sorted({s for s in seqs if s > 0})
+        if not wanted:
+            return []
+        stream = subjects.queue_stream(namespace, queue)
+        # The level subjects the messages keep, whether the stream is bound to them or not.
+        every_level = subjects.queue_subjects(namespace, queue)
+        span = wanted[-1] - wanted[0] + 1
+        async with self._errors(f"read stored invocations of {namespace}/{queue}"):
+            got = await self._direct_batch(stream, every_level, wanted[0], span)
+            if got is None:
+                got = await self._one_by_one(stream, every_level, wanted[0], span)
+        keep = set(wanted)
+        return [(seq, data) for seq, data in got if seq in keep and seq <= wanted[-1]]
+
+    async def listen(
+        self, subject: str, handler: Callable[[str, bytes], Awaitable[None]]
+    ) -> Subscription:
+        """Take core NATS messages on ``subject`` (wildcards allowed), one after the other,
+        with ``handler(subject, data)``; it must not raise."""
+
+        async def on_msg(msg: Msg) -> None:
+            await handler(msg.subject, msg.data)
+
+        sub = await self._nc.subscribe(subject, cb=on_msg, pending_msgs_limit=65536)
+        await self._nc.flush()
+        return sub
 
     async def _direct_batch(
         self, stream: str, subject: str, seq: int, n: int

@@ -105,6 +105,13 @@ class Bus(Protocol):
         """Up to ``limit`` undelivered invocations over every level, oldest first per level:
         ``(seq, payload)`` (an unknown queue: none)."""
 
+    async def stored_messages(
+        self, namespace: str, queue: str, seqs: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """Those of the messages at ``seqs`` the queue's stream still holds (delivered or
+        not), in sequence order; an unknown queue holds none."""
+        ...
+
     async def delete_message(self, namespace: str, queue: str, seq: int) -> bool:
         """Remove one stored invocation; ``False`` when it is already gone."""
 

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 
+import msgspec
 import nats.errors
+import nats.js.errors as jse
 from nats.aio.client import Client as NatsClient
 
 from lakeshore.bus import subjects
 from lakeshore.bus.connection import NatsLogin, connect_nats
 from lakeshore.bus.denials import Denials
 from lakeshore.errors import Unavailable
+from lakeshore.model import StoredNote
 from lakeshore.security import grants
 from lakeshore.security.tls import client_ssl_context
 
 log = logging.getLogger(__name__)
+
+encode = msgspec.json.encode
 
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
 
@@ -69,6 +75,38 @@ class ProducerBus:
         """Ask the gateway for a result (a ``FastResult``); its answer, undecoded."""
         subject = subjects.result_wait_subject(namespace, invocation_id)
         return await self._request(subject, body, timeout_s)
+
+    async def publish_work(
+        self, subject: str, payload: bytes, msg_id: str, timeout_s: float
+    ) -> Any:
+        """Store one invocation in its queue's stream (``direct_submit``); JetStream's
+        ``PubAck``.
+
+        Raises:
+            Denied: NATS refused the subject to this connection (no direct rights).
+            nats.js.errors.NoStreamResponseError: no stream takes the subject (the queue is
+                unknown, draining or archived).
+            nats.js.errors.APIError: JetStream refused it (``err_code`` 10077: full).
+            Unavailable: NATS failed otherwise.
+        """
+        js = self._nc.jetstream(timeout=timeout_s)
+        call = js.publish(subject, payload, headers={"Nats-Msg-Id": msg_id})
+        try:
+            return await self._denials.unless(subject, call)
+        except (jse.NoStreamResponseError, jse.APIError):
+            raise
+        except _NATS_ERRORS as e:
+            raise Unavailable(f"no answer on {subject}: {e!r}") from e
+
+    async def note_stored(self, namespace: str, queue: str, note: StoredNote) -> None:
+        """Wake the queue's daemons, and tell the control plane which sequences this
+        producer stored; neither is waited for (a note lost costs nothing, see
+        :mod:`lakeshore.services.stored`; a daemon not woken pulls at its next poll)."""
+        try:
+            await self._nc.publish(subjects.nudge_subject(namespace, queue), b"")
+            await self._nc.publish(subjects.stored_subject(namespace, queue), encode(note))
+        except _NATS_ERRORS as e:
+            log.debug("no note of stored invocations: %s", e)
 
     async def close(self) -> None:
         if not self._nc.is_closed:

@@ -58,6 +58,17 @@ def closed_subjects(namespace: str, queue: str) -> str:
     return f"ls.{namespace}.closed.{queue}.*"
 
 
+def stored_subject(namespace: str, queue: str) -> str:
+    """Core NATS: a producer that published straight into the queue's stream says which
+    sequences it stored (a JSON list); the control plane reads them there and records them
+    (:mod:`lakeshore.services.stored`)."""
+    return f"ls.{namespace}.stored.{queue}"
+
+
+def stored_wildcard() -> str:
+    return "ls.*.stored.*"
+
+
 def level_subject(namespace: str, queue: str, level: int) -> str:
     """Subject of one priority level (fifo queues use level 0 only)."""
     return f"ls.{namespace}.q.{queue}.p{level}"

@@ -27,6 +27,7 @@ from lakeshore.model.daemon import (
     HeldAnswer,
     HeldAsk,
     StealGrant,
+    StoredNote,
     Takeover,
 )
 from lakeshore.model.invocations import (
@@ -226,6 +227,7 @@ __all__ = [
     "CLOSED_STATES",
     "QueueState",
     "QueueStats",
+    "StoredNote",
     "QuotaUse",
     "BUILTIN_PROVIDER",
     "MAX_LAUNCH",

@@ -133,6 +133,17 @@ class BusAccess(Struct, frozen=True, kw_only=True):
     nats_url: str
     #: PEM of the CA that signs the NATS server's certificate; ``None``: NATS is plain text
     ca_pem: str | None = None
+    #: whether a plain submit may be published straight into its queue's stream (the
+    #: server's ``direct_submit``; the producer's grant then has its org's queue subjects)
+    direct_submit: bool = False
+
+
+class StoredNote(Struct, frozen=True, kw_only=True):
+    """A producer's note on ``ls.<ns>.stored.<queue>`` after it published a submit straight
+    into the queue's stream (``direct_submit``): where, and which invocations."""
+
+    seqs: list[int]
+    ids: list[str]
 
 
 class DaemonAccess(Struct, frozen=True, kw_only=True):

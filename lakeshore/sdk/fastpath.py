@@ -4,7 +4,9 @@
 use the client asks the API where NATS is (``GET /v1/bus``) and logs in as a producer with
 its token; each submit is then one NATS request to the control plane's gateway, and a
 result wait one request answered the moment the Recorder accepts the outcome — no HTTP
-round trips, no polling. The services behind both doors are the same, so answers and
+round trips, no polling. Where the server allows it (``direct_submit``, experimental), a
+plain submit is instead published straight into its queue's stream
+(:mod:`lakeshore.sdk.direct`). The services behind both doors are the same, so answers and
 errors are too.
 
 HTTP is used instead, for the call at hand, when NATS cannot be reached from here (tried
@@ -45,6 +47,7 @@ from lakeshore.sdk.transport import error_from
 if TYPE_CHECKING:
     from lakeshore.bus.producer import ProducerBus
     from lakeshore.sdk.client import Client
+    from lakeshore.sdk.direct import Direct
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,8 @@ class FastPath:
     def __init__(self, client: Client, token: str | None) -> None:
         self._client, self._token = client, token
         self._bus: ProducerBus | None = None
+        #: direct submits, when the server allows them (``GET /v1/bus``)
+        self._direct: Direct | None = None
         self._off_until = 0.0 if token and enabled_by_env() else float("inf")
         self._lock = asyncio.Lock()
 
@@ -92,6 +97,15 @@ class FastPath:
         """Submit like :meth:`~lakeshore.sdk.jobs.JobRoutes.submit` (and raise the same)."""
         ns = namespace or self._client.namespace
         bus = await self._connected()
+        if bus is not None and self._direct is not None and self._direct.takes(invocations, wait_s):
+            try:
+                answer = await self._direct.submit(bus, ns, queue, invocations)
+            except Denied:  # granted before the server allowed it: HTTP this time
+                await self._renew()
+                bus = None
+            else:
+                if answer is not None:
+                    return answer
         if bus is not None:
             assert self._token is not None
             body = FastSubmit(
@@ -136,7 +150,7 @@ class FastPath:
         return await self._client.job_result(job_id, wait_s=wait_s, namespace=namespace)
 
     async def close(self) -> None:
-        bus, self._bus = self._bus, None
+        bus, self._bus, self._direct = self._bus, None, None
         if bus is not None:
             await bus.close()
 
@@ -161,9 +175,14 @@ class FastPath:
         access = await self._client.bus_access()
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                return await ProducerBus.connect(access.nats_url, self._token, access.ca_pem)
+                bus = await ProducerBus.connect(access.nats_url, self._token, access.ca_pem)
         except TimeoutError:
             raise Unavailable(f"NATS at {access.nats_url} did not answer") from None
+        if access.direct_submit:
+            from lakeshore.sdk.direct import Direct
+
+            self._direct = Direct(self._client)
+        return bus
 
     async def _renew(self) -> None:
         """NATS refused a subject: the next call connects with a fresh grant."""

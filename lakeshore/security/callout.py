@@ -74,6 +74,7 @@ class Identities:
         daemons: checks daemon credentials.
         access: tokens, namespaces and orgs.
         queues_of: the queue names of a namespace (its streams are a daemon's grant).
+        direct_submit: a producer may publish into its org's queues' streams itself.
     """
 
     def __init__(
@@ -81,8 +82,11 @@ class Identities:
         daemons: DaemonAccessIssuer,
         access: Access,
         queues_of: Callable[[str], Awaitable[list[str]]],
+        *,
+        direct_submit: bool = False,
     ) -> None:
         self._daemons, self._access, self._queues_of = daemons, access, queues_of
+        self._direct_submit = direct_submit
 
     async def grant(self, user: str, password: str) -> Grant:
         """Raises: Unauthorized: an unknown kind of client or bad credentials."""
@@ -120,7 +124,9 @@ class Identities:
         return Grant(
             name=connection_name(PRODUCER_USER, caller.org or "*", "*", caller.token_id, nonce),
             permissions=grants.producer(
-                namespaces, subjects.producer_inbox(grants.inbox_tag(token), nonce)
+                namespaces,
+                subjects.producer_inbox(grants.inbox_tag(token), nonce),
+                direct=self._direct_submit,
             ),
         )
 

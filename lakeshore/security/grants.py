@@ -88,16 +88,27 @@ def queues_tag(queues: Iterable[str]) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
-def producer(namespaces: Iterable[str] | None, inbox: str) -> Permissions:
+def producer(namespaces: Iterable[str] | None, inbox: str, *, direct: bool = False) -> Permissions:
     """A producer (the SDK's fast path): submit to the queues of its org's namespaces and
     wait for their results (``None``: every namespace, for an admin token), answers on its
-    own ``inbox`` (:func:`~lakeshore.bus.subjects.producer_inbox`)."""
+    own ``inbox`` (:func:`~lakeshore.bus.subjects.producer_inbox`). With ``direct``, it may
+    also publish into those queues' streams itself (JetStream answers on its inbox), wake
+    their daemons, and tell the control plane where it stored
+    (:func:`~lakeshore.bus.subjects.stored_subject`)."""
     targets = ["*"] if namespaces is None else sorted(set(namespaces))
-    return Permissions(
-        publish=[
+    publish = [
+        subject
+        for ns in targets
+        for subject in (subjects.submit_subject(ns, "*"), subjects.result_wait_subject(ns, "*"))
+    ]
+    if direct:
+        publish += [
             subject
             for ns in targets
-            for subject in (subjects.submit_subject(ns, "*"), subjects.result_wait_subject(ns, "*"))
-        ],
-        subscribe=[inbox + ".>"],
-    )
+            for subject in (
+                subjects.queue_subjects(ns, "*"),
+                subjects.nudge_subject(ns, "*"),
+                subjects.stored_subject(ns, "*"),
+            )
+        ]
+    return Permissions(publish=publish, subscribe=[inbox + ".>"])

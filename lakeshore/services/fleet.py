@@ -83,11 +83,13 @@ class FleetService:
         controller: ActorRef[Any],
         daemons: DaemonAccessIssuer,
         quotas: Quotas = DEFAULT_QUOTAS,
+        direct_submit: bool = False,
     ) -> None:
         self._store, self._bus = store, bus
         self._workers, self._launcher, self._controller = workers, launcher, controller
         self._daemons = daemons
         self._quotas = quotas
+        self._direct_submit = direct_submit
 
     # ---- workers ----------------------------------------------------------------------
 
@@ -175,7 +177,11 @@ class FleetService:
 
     def bus_access(self) -> BusAccess:
         """Where the SDK's fast path reaches NATS (the same URL and CA daemons are given)."""
-        return BusAccess(nats_url=self._daemons.nats_url, ca_pem=self._daemons.ca_pem)
+        return BusAccess(
+            nats_url=self._daemons.nats_url,
+            ca_pem=self._daemons.ca_pem,
+            direct_submit=self._direct_submit,
+        )
 
     async def join(self, caller: Caller, ns: Namespace, body: DaemonJoin) -> DaemonAccess:
         """A daemon's way onto NATS: its worker id (the one given, or a new one) and a

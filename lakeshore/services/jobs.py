@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -117,6 +118,8 @@ class JobService:
         quotas: the server's quotas (``pending_per_org`` is checked on submit).
         metrics: counts deduplicated submits (``None``: not counted).
         code: checks that the snapshots a submit names are stored (``None``: none are).
+        noted: the jobs producers said they stored themselves (``direct_submit``): known to
+            a result wait before the Recorder has heard of them.
     """
 
     def __init__(
@@ -135,9 +138,10 @@ class JobService:
         metrics: InvocationMetrics | None = None,
         lost_after_s: float = 10.0,
         code: CodeService | None = None,
+        noted: Callable[[str, str], bool] = lambda namespace, job_id: False,
     ) -> None:
         self._store, self._results, self._bus = store, results, bus
-        self._code = code
+        self._code, self._noted = code, noted
         self._metrics = metrics
         self._directory, self._workers = directory, workers
         self._controller, self._recorder, self._outbox = controller, recorder, outbox
@@ -492,10 +496,10 @@ class JobService:
         return {w.id: w.name for w in workers}
 
     async def _known(self, namespace: str, job_id: str) -> bool:
-        """Whether the job is known: its record is in this plane's outbox, or the Recorder has
-        it in memory once it has read the events stream up to now (the hot path of a result
-        wait never queries the history)."""
-        if self._outbox.holds(namespace, job_id):
+        """Whether the job is known: its record is in this plane's outbox, a producer said it
+        stored it, or the Recorder has it in memory once it has read the events stream up to
+        now (the hot path of a result wait never queries the history)."""
+        if self._outbox.holds(namespace, job_id) or self._noted(namespace, job_id):
             return True
         if await self._recorder.ask(Knows(namespace, job_id)):
             return True

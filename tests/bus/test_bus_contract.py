@@ -215,6 +215,19 @@ async def test_a_stream_not_admitting_refuses_a_raw_publish_to_its_subjects(bus,
     assert stream.state.messages == 0
 
 
+async def test_stored_messages_are_those_still_held_delivered_or_not(bus, ns, claim) -> None:
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None)
+    await bus.publish_work(ns, Q, [item("a"), item("b", 1), item("c"), item("d", 1)])
+    [first] = await claim(bus, ns, Q, 0, 1)  # delivered, not acked: still held
+    assert await bus.stored_messages(ns, Q, [4, 1, 2, 9]) == [(1, b"a"), (2, b"b"), (4, b"d")]
+    await first.ack()  # acked: gone
+    assert await bus.stored_messages(ns, Q, [1, 3]) == [(3, b"c")]
+    await bus.ensure_queue(ns, Q, levels=2, max_depth=None, admitting=False)
+    assert await bus.stored_messages(ns, Q, [2]) == [(2, b"b")]
+    assert await bus.stored_messages(ns, "nowhere", [1]) == []
+    assert await bus.stored_messages(ns, Q, []) == []
+
+
 async def test_counts_of_an_unknown_queue_are_zero(bus, ns) -> None:
     assert await bus.queue_counts(ns, Q, levels=10) == QueueCounts(0, 0, 0)
 
