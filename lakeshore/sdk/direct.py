@@ -98,23 +98,29 @@ class Direct:
         try:
             for start in range(0, len(items), WINDOW):
                 window = items[start : start + WINDOW]
+                timeout_s = self._client.timeout_s
                 acks = await asyncio.gather(
                     *(
                         bus.publish_work(
-                            subjects.level_subject(ns, queue, item.level),
-                            item.payload,
-                            item.msg_id,
-                            self._client.timeout_s,
-                        )  # fmt: skip
-                        for item in window
+                            subjects.level_subject(ns, queue, p.level),
+                            p.payload,
+                            p.msg_id,
+                            timeout_s,
+                        )
+                        for p in window
                     ),
                     return_exceptions=True,
                 )
-                for offset, ack in enumerate(acks):  # in order: what a refusal leaves stored
-                    if isinstance(ack, BaseException):
-                        raise await self._refusal(row, ack, start + offset, len(items)) from ack
-                    seqs.append(ack.seq)
-                    stored.append(window[offset].id)
+                refused: tuple[int, BaseException] | None = None
+                for offset, ack in enumerate(acks):
+                    if not isinstance(ack, BaseException):
+                        seqs.append(ack.seq)  # each one stored is noted, refused or not
+                        stored.append(window[offset].id)
+                    elif refused is None:
+                        refused = (start + offset, ack)
+                if refused is not None:
+                    index, e = refused
+                    raise await self._refusal(row, e, index, len(items)) from e
         finally:
             if seqs:
                 await bus.note_stored(ns, queue, StoredNote(seqs=seqs, ids=stored))
