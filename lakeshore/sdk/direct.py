@@ -3,11 +3,12 @@
 Experimental, behind the server's ``direct_submit`` (``GET /v1/bus`` says when it is on;
 issue 26's data path, in progress). A submit that needs nothing only the control plane can
 do is prepared here exactly as the plane prepares it (:mod:`lakeshore.preparation`,
-against the queue's row, read over HTTP and kept :data:`ROW_TTL_S`) and published into
-``LS_<ns>_<queue>`` on the producer's own connection: one JetStream round trip, the
-invocation ids made here (time-ordered, as the plane's). A note then says which
-sequences were stored, not waited for: the plane reads them from the stream and records
-them (:mod:`lakeshore.services.stored`).
+against the queue's row, read over HTTP on first use, then again in the background every
+:data:`ROW_TTL_S`) and published into ``LS_<ns>_<queue>`` on the producer's own
+connection: one JetStream round trip, the invocation ids made here (time-ordered, as the
+plane's). A nudge then wakes the queue's daemons, and a note says what was stored, neither
+waited for: the plane reads it from the stream and records it
+(:mod:`lakeshore.services.stored`).
 
 Everything else goes to the gateway, as before (:meth:`Direct.takes` says which): a batch
 of more than :data:`MAX_DIRECT` invocations, a submit with an idempotency key (the plane
@@ -16,7 +17,9 @@ queue whose ``on_full`` is not ``reject`` (the plane evicts for ``drop_oldest``)
 refusal reads as the HTTP API's: a queue unknown, draining or archived by its row
 (``QueueNotFound``, ``WrongState``), the stream full (10077) as the plane's ``QueueFull``.
 A row read before its queue stopped admitting finds no stream taking the subject (its
-subjects left the stream): the row is read again, and says why.
+subjects left the stream): the row is read again, and says why. While the control plane
+does not answer, the last row read is used: submits to the queues this client knows are
+accepted with no control plane running (fault row 24).
 
 Not held on this path yet: the ``pending_per_org`` quota, the ``no_members`` warning.
 """
@@ -24,6 +27,7 @@ Not held on this path yet: the ``pending_per_org`` quota, the ``no_members`` war
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -31,7 +35,7 @@ import nats.js.errors as jse
 
 from lakeshore import preparation
 from lakeshore.bus import subjects
-from lakeshore.errors import LakeshoreError, QueueFull, Unavailable
+from lakeshore.errors import LakeshoreError, QueueFull, QueueNotFound, Unavailable
 from lakeshore.model import (
     CLOSED_STATES,
     InvocationSubmit,
@@ -44,6 +48,8 @@ from lakeshore.model import (
 if TYPE_CHECKING:
     from lakeshore.bus.producer import ProducerBus
     from lakeshore.sdk.client import Client
+
+log = logging.getLogger(__name__)
 
 #: How long a queue's row read for direct submits is used before it is read again (s).
 ROW_TTL_S = 5.0
@@ -63,6 +69,7 @@ class Direct:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._rows: dict[tuple[str, str], tuple[float, Queue]] = {}
+        self._reading: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     @staticmethod
     def takes(invocations: list[InvocationSubmit], wait_s: float | None) -> bool:
@@ -133,8 +140,7 @@ class Direct:
             QueueNotFound: no stream took it, and the queue is gone.
         """
         if isinstance(e, jse.NoStreamResponseError):  # it stopped admitting since it was read
-            self._rows.pop((row.namespace, row.name), None)
-            row = await self._row(row.namespace, row.name)
+            row = await self._read_row(row.namespace, row.name)
             if row.state in CLOSED_STATES:
                 return preparation.closed(row)
             return Unavailable(f"no stream of {row.namespace}/{row.name} took a submit: {e!r}")
@@ -148,15 +154,44 @@ class Direct:
         return Unavailable(f"the stream of {row.namespace}/{row.name} refused a submit: {e!r}")
 
     async def _row(self, ns: str, queue: str) -> Queue:
-        """The queue's row, read again once :data:`ROW_TTL_S` old.
+        """The queue's row: read on first use, then the one read last, read again in the
+        background once :data:`ROW_TTL_S` old (no submit waits for it). While the control
+        plane does not answer, the last one read goes on being used: the stream holds what
+        matters of it by itself (its subjects while the queue admits, its ``max_depth``),
+        so submits to the queues this client knows go on with no control plane running.
 
         Raises:
             QueueNotFound: there is no such queue.
+            Unavailable: the plane does not answer, and this queue was never read.
         """
-        now = time.monotonic()
-        cached = self._rows.get((ns, queue))
-        if cached is not None and now - cached[0] < ROW_TTL_S:
-            return cached[1]
+        key = (ns, queue)
+        cached = self._rows.get(key)
+        if cached is None:
+            return await self._read_row(ns, queue)
+        if time.monotonic() - cached[0] >= ROW_TTL_S and key not in self._reading:
+            task = asyncio.create_task(self._read_again(ns, queue))
+            self._reading[key] = task
+            task.add_done_callback(lambda _: self._reading.pop(key, None))
+        return cached[1]
+
+    async def close(self) -> None:
+        """Stop reading rows in the background."""
+        tasks = list(self._reading.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _read_row(self, ns: str, queue: str) -> Queue:
+        read_at = time.monotonic()
         row = await self._client.queue_show(queue, namespace=ns)
-        self._rows[(ns, queue)] = (now, row)
+        self._rows[(ns, queue)] = (read_at, row)
         return row
+
+    async def _read_again(self, ns: str, queue: str) -> None:
+        try:
+            await self._read_row(ns, queue)
+        except QueueNotFound:
+            self._rows.pop((ns, queue), None)  # the next submit says so
+        except LakeshoreError as e:
+            log.info("queue %s/%s: its row was not read again (%s): the last one is used",
+                     ns, queue, e.message)  # fmt: skip

@@ -150,7 +150,9 @@ class FastPath:
         return await self._client.job_result(job_id, wait_s=wait_s, namespace=namespace)
 
     async def close(self) -> None:
-        bus, self._bus, self._direct = self._bus, None, None
+        bus, self._bus, direct, self._direct = self._bus, None, self._direct, None
+        if direct is not None:
+            await direct.close()
         if bus is not None:
             await bus.close()
 

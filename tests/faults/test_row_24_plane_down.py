@@ -9,9 +9,11 @@ wait: ``bus/events.py``).
 Producers: a W2 loop of the SDK (submit one, wait for its result) through the kill and the
 restart gets every result with 0 errors — a result wait held by the dead plane is asked
 again, a submit waits for the plane's return (``sdk/transport.py``: a URL that answered
-before is a plane restarting). What does not hold yet: a submit *accepted* while no plane
-runs — the data path's next step, the SDK publishing into the queue's stream itself
-(docs/data-plane.md).
+before is a plane restarting). With the server's ``direct_submit`` (experimental), the
+SDK's submits are *accepted* while no plane runs — published into the queue's stream by
+the producer itself (``sdk/direct.py``) — run by the daemons meanwhile, and recorded once
+when the plane returns. What does not hold yet: a result *answered* while no plane runs
+(a wait rides the outage out; docs/data-plane.md).
 """
 
 from __future__ import annotations
@@ -183,4 +185,70 @@ async def test_sdk_producers_get_every_result_with_no_error_through_the_kill_and
         "went on. Submits during the outage "
         "waited for its return; accepting them while no plane runs is the data path's next "
         "step",
+    )
+
+
+async def test_with_direct_submit_producers_submit_while_the_only_plane_is_down(
+    tmp_path, nats_server_factory, daemons_for
+) -> None:
+    async with asyncio.timeout(120):
+        nats = await nats_server_factory()
+        data, port = tmp_path / "data", _free_port()
+        data.mkdir()
+        (data / "server.toml").write_text("direct_submit = true\n")
+        first = ServerProc(data, nats_url=nats.url, port=port)
+        again = ServerProc(data, nats_url=nats.url, port=port)
+        await first.start()
+        daemons = daemons_for(nats.url)
+        try:
+            token = first.token
+            assert (await call(first.api, token, "POST", Q, {"name": "work"}))[0] == 201
+            await daemons.start("d0", "work", concurrency=2)
+
+            def inv(i: int) -> InvocationSubmit:
+                return InvocationSubmit(fn="fault_targets:work", args=[i, RUN_S])
+
+            async with Client(first.api, token, timeout_s=4) as client:
+                ids = []
+                for i in range(N // 2):
+                    answer = await client.fast.submit("work", [inv(i)], wait_s=None, namespace=None)
+                    ids += answer.ids
+                assert client.fast._direct is not None  # straight into the stream
+                await eventually(  # the daemon registered (with the plane) and pulls
+                    daemons.executions, until=lambda runs: len(runs) >= 1, timeout_s=30,
+                    what="the daemon running",
+                )  # fmt: skip
+                assert await first.kill() == -9
+                for i in range(N // 2, N):  # no control plane: accepted all the same
+                    answer = await client.fast.submit("work", [inv(i)], wait_s=None, namespace=None)
+                    ids += answer.ids
+                runs = await eventually(
+                    daemons.executions, until=lambda runs: len(runs) == N, timeout_s=60,
+                    what="every invocation run with no control plane",
+                )  # fmt: skip
+                assert runs == dict.fromkeys(range(N), 1), runs
+            await again.start()
+            jobs = await eventually(
+                lambda: _jobs(again),
+                until=lambda js: len(js) == N and all(j["state"] == "succeeded" for j in js),
+                timeout_s=10, what="the returned plane recording every run",
+            )  # fmt: skip
+            assert sorted(j["id"] for j in jobs) == sorted(ids)
+            for job in jobs:
+                status, shown = await call(again.api, token, "GET", f"{JOBS}/{job['id']}")
+                assert [a["outcome"] for a in shown["attempts"]] == ["succeeded"], shown
+                assert shown["fn"] == "fault_targets:work", shown  # the record, from the claim
+        finally:
+            await daemons.stop_all()
+            await first.stop()
+            await again.stop()
+    record(
+        24,
+        "direct-submits-while-down",
+        tried=f"direct_submit on: {N // 2} SDK submits, the only control plane SIGKILLed (NATS "
+        f"running on its own), {N // 2} more submits with no plane running; 2 daemon slots; "
+        "the plane started again",
+        passed=True,
+        note=f"{N}/{N} accepted ({N // 2} with no plane running), each run once while it was "
+        "down, every run recorded once on its return",
     )
