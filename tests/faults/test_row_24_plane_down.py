@@ -182,9 +182,9 @@ async def test_sdk_producers_get_every_result_with_no_error_through_the_kill_and
         passed=True,
         note=f"{TRIPS}/{TRIPS} results, 0 errors, each run once; the plane was started again "
         f"{back_s:.1f} s after the kill (once the producer had found it gone) and the loop "
-        "went on. Submits during the outage "
-        "waited for its return; accepting them while no plane runs is the data path's next "
-        "step",
+        "went on; the wait held by the dead plane was asked again until it was back "
+        "(with direct_submit, submits are accepted meanwhile: "
+        "direct-submits-while-down)",
     )
 
 
