@@ -29,7 +29,7 @@ from lakeshore.actors.waiting import Waiting, WaitingRoom
 from lakeshore.actors.workers import Members
 from lakeshore.bus import codec
 from lakeshore.bus.port import Bus, Published
-from lakeshore.errors import LakeshoreError, QueueFull
+from lakeshore.errors import LakeshoreError, QueueFull, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
 from lakeshore.model import (
@@ -126,7 +126,7 @@ class Intake:
         warned.add_done_callback(mark_retrieved)  # unawaited when the submit fails first
         try:
             todo = [i for i, p in enumerate(waiting.published) if p is None]
-            stored = await admission.publish(self._bus, row, [items[i] for i in todo])
+            stored = await self._publish(row, [items[i] for i in todo])
             for i, outcome in zip(todo, stored, strict=True):
                 waiting.published[i] = outcome
             self._faults.hit("submit.published")
@@ -161,11 +161,27 @@ class Intake:
         while (i := waiting.next_index) < len(waiting.items):
             if row.on_full is not OnFull.BLOCK:
                 admission.full(row, i, len(waiting.items), f"on_full is now {row.on_full}")
-            [outcome] = await admission.publish(self._bus, row, waiting.items[i : i + 1])
+            [outcome] = await self._publish(row, waiting.items[i : i + 1])
             if outcome is None:
                 return False
             waiting.published[i] = outcome
         return True
+
+    async def _publish(self, row: Queue, items: list[Prepared]) -> list[Published | None]:
+        """Publish to the queue's stream (``None`` for each refused as full). A queue that
+        stopped admitting while this was on its way (its row says so first, then its
+        stream's subjects move aside) refuses as its row does.
+
+        Raises:
+            WrongState: the queue stopped admitting meanwhile.
+            Unavailable: NATS failed otherwise.
+        """
+        try:
+            return await admission.publish(self._bus, row, items)
+        except Unavailable as e:
+            if (now := self._row()).state in CLOSED_STATES:
+                raise preparation.closed(now) from e
+            raise
 
     async def _refuse(self, waiting: Waiting, why: LakeshoreError | None) -> LakeshoreError:
         """The waiting room's refusal: the error the asker gets (``QueueFull`` once its

@@ -22,6 +22,7 @@ from lakeshore.bus.port import Bus
 from lakeshore.errors import (
     ImmutableField,
     Invalid,
+    LakeshoreError,
     QueueHasMembers,
     QueueNotFound,
     ReservedName,
@@ -270,10 +271,20 @@ class QueueActor(Actor[QueueMsg]):
         if old.state not in sources:
             raise WrongState(old.name, old.state.value, verb, "; unarchive it first")
         new = msgspec.structs.replace(old, state=target, updated_at=now())
-        if _admits(new) != _admits(old):
-            # The stream first: once the row says draining, nothing lands on any path.
+        # The row refuses first and admits last; the stream follows it, so that a submit
+        # the row let through and the stream refused can only meet a row that refuses now.
+        if _admits(new) and not _admits(old):
             await self._ensure_stream(new)
         await self._commit(old, new, _EVENT_OF_VERB[verb], actor)
+        if _admits(old) and not _admits(new):
+            try:
+                await self._ensure_stream(new)
+            except LakeshoreError as e:
+                log.warning(
+                    "queue %s/%s is %s, but its stream could not be closed now (%s): it is "
+                    "closed when the queue is next ensured (at the next start)",
+                    self._ns, new.name, new.state.value, e,
+                )  # fmt: skip
         self._intake.wake()  # a queue that stopped admitting refuses its waiting submits now
         return new
 
