@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_READ = 100_000
 #: How long the Recorder is given to read ``LS_EVENTS`` to its end first (seconds).
 CATCH_UP_S = 30.0
+#: First and longest pause between two looks that failed (seconds).
+RETRY_S = (0.5, 10.0)
 
 
 async def announce_unrecorded(
@@ -94,8 +96,17 @@ async def _announce_queue(row: Queue, bus: Bus, recorder: ActorRef[Any]) -> int:
 async def announce_in_background(
     queues: QueueRows, bus: Bus, events: Feed, recorder: ActorRef[Any]
 ) -> None:
-    """:func:`announce_unrecorded`, its failure logged (the next term tries again)."""
-    try:
-        await announce_unrecorded(queues, bus, events, recorder)
-    except (LakeshoreError, TimeoutError) as e:
-        log.warning("stored invocations without a record were not looked for: %s", e)
+    """:func:`announce_unrecorded`, tried again after a failure (a queue's stream still
+    electing its leader after a NATS node was lost, above all) until it succeeds or the
+    term ends: what it finds is nowhere else until a daemon claims it. Announcing twice
+    is harmless (recorded once)."""
+    pause_s = RETRY_S[0]
+    while True:
+        try:
+            await announce_unrecorded(queues, bus, events, recorder)
+            return
+        except (LakeshoreError, TimeoutError) as e:
+            log.warning("stored invocations without a record were not looked for yet (%s): "
+                        "again in %gs", e, pause_s)  # fmt: skip
+        await asyncio.sleep(pause_s)
+        pause_s = min(2 * pause_s, RETRY_S[1])
