@@ -19,6 +19,7 @@ from lakeshore.bus import codec
 from lakeshore.errors import Invalid, QueueFull, TooLarge, WrongState
 from lakeshore.ids import new_id
 from lakeshore.model import (
+    CLOSED_STATES,
     Invocation,
     InvocationSubmit,
     Isolation,
@@ -160,11 +161,16 @@ def _check(row: Queue, spec: InvocationSubmit, where: str) -> None:
         )
 
 
-def closed(row: Queue) -> WrongState:
-    """The refusal of a submit to a queue that admits nothing now (draining, archived)."""
-    return WrongState(
-        row.name, row.state.value, "accept submissions", "; unarchive it to admit work again"
-    )
+def check_admitting(row: Queue) -> None:
+    """Refuse a submit to a queue that admits nothing now.
+
+    Raises:
+        WrongState: it is draining or archived.
+    """
+    if row.state in CLOSED_STATES:
+        raise WrongState(
+            row.name, row.state.value, "accept submissions", "; unarchive it to admit work again"
+        )
 
 
 def full(row: Queue, index: int, total: int, why: str = "") -> NoReturn:

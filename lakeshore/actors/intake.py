@@ -33,7 +33,6 @@ from lakeshore.errors import LakeshoreError, QueueFull, Unavailable
 from lakeshore.faults import Faults
 from lakeshore.futures import mark_retrieved
 from lakeshore.model import (
-    CLOSED_STATES,
     ElasticityKind,
     EventType,
     Invocation,
@@ -151,8 +150,7 @@ class Intake:
             WrongState: it is draining or archived.
         """
         row = self._row()
-        if row.state in CLOSED_STATES:
-            raise preparation.closed(row)
+        preparation.check_admitting(row)
         return row
 
     async def _retry(self, waiting: Waiting) -> bool:
@@ -178,9 +176,8 @@ class Intake:
         """
         try:
             return await admission.publish(self._bus, row, items)
-        except Unavailable as e:
-            if (now := self._row()).state in CLOSED_STATES:
-                raise preparation.closed(now) from e
+        except Unavailable:
+            preparation.check_admitting(self._row())  # it stopped admitting meanwhile
             raise
 
     async def _refuse(self, waiting: Waiting, why: LakeshoreError | None) -> LakeshoreError:

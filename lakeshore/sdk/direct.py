@@ -37,7 +37,6 @@ from lakeshore import preparation
 from lakeshore.bus import subjects
 from lakeshore.errors import LakeshoreError, QueueFull, QueueNotFound, Unavailable
 from lakeshore.model import (
-    CLOSED_STATES,
     InvocationSubmit,
     OnFull,
     Queue,
@@ -96,8 +95,7 @@ class Direct:
         row = await self._row(ns, queue)
         if row.on_full is not OnFull.REJECT:
             return None
-        if row.state in CLOSED_STATES:
-            raise preparation.closed(row)
+        preparation.check_admitting(row)
         ids = await preparation.new_ids(len(invocations))
         items = await preparation.prepare(row, invocations, ids)
         seqs: list[int] = []
@@ -137,12 +135,12 @@ class Direct:
         """What the ``index``-th of ``total`` publishes' failure ``e`` reads as.
 
         Raises:
-            QueueNotFound: no stream took it, and the queue is gone.
+            QueueNotFound, WrongState: no stream took it, and the queue is gone or no
+                longer admits.
         """
         if isinstance(e, jse.NoStreamResponseError):  # it stopped admitting since it was read
             row = await self._read_row(row.namespace, row.name)
-            if row.state in CLOSED_STATES:
-                return preparation.closed(row)
+            preparation.check_admitting(row)
             return Unavailable(f"no stream of {row.namespace}/{row.name} took a submit: {e!r}")
         if isinstance(e, jse.APIError) and e.err_code == ERR_STREAM_FULL:
             try:
